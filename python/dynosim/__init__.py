@@ -1,0 +1,54 @@
+"""dynosim: a fast, exact, deterministic LLM-serving simulator.
+
+Replay a request trace on a simulated GPU cluster and read what the deployment would do::
+
+    import dynosim
+    report = dynosim.replay(dynosim.load_trace("trace.jsonl"), {"cluster": {"num_workers": 4}})
+    print(report.summary["ttft_ms"]["p99"])
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from dynosim.config import (
+    ClusterConfig,
+    EngineConfig,
+    FixedTiming,
+    PolynomialTiming,
+    ReportConfig,
+    SimConfig,
+    SlaConfig,
+    load_config,
+)
+from dynosim.errors import ConfigError, DynosimError, SimulationError, WorkloadError
+from dynosim.replay import replay
+from dynosim.report import REJECT_REASONS, Report
+from dynosim.samples import sample_trace_path
+from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
+
+try:
+    __version__ = version("dynosim")
+except PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0+unknown"
+
+__all__ = [
+    "REJECT_REASONS",
+    "ClusterConfig",
+    "ConfigError",
+    "DynosimError",
+    "EngineConfig",
+    "FixedTiming",
+    "PolynomialTiming",
+    "Report",
+    "ReportConfig",
+    "SimConfig",
+    "SimulationError",
+    "SlaConfig",
+    "SyntheticWorkload",
+    "TraceColumns",
+    "TraceWorkload",
+    "WorkloadError",
+    "load_config",
+    "load_trace",
+    "replay",
+    "sample_trace_path",
+]

@@ -1,0 +1,40 @@
+"""Type stubs of the Rust extension ``dynosim._core`` (see rust/dynosim-py)."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+class Progress:
+    """A counter of finished requests that a replay in another thread keeps current."""
+
+    def __init__(self) -> None: ...
+    @property
+    def done(self) -> int:
+        """Requests finished (completed or rejected) so far."""
+
+def default_config_json() -> str:
+    """The default configuration as JSON: the single source of every default."""
+
+def normalize_config_json(config_json: str) -> str:
+    """Validate a configuration document (raises ConfigError); returns it with defaults."""
+
+def reject_reason_names() -> list[str]:
+    """Machine names of rejection reasons, indexed by a report's reject_reason codes."""
+
+def replay(
+    arrival_ms: npt.NDArray[np.float64],
+    input_length: npt.NDArray[np.uint32],
+    output_length: npt.NDArray[np.uint32],
+    hash_offsets: npt.NDArray[np.uint64],
+    hash_ids: npt.NDArray[np.uint64],
+    trace_block_size: int,
+    config_json: str,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Replay columnar requests (times in ms, lengths in tokens) without the GIL.
+
+    Returns ``summary_json``, ``config_json``, ``requests`` (dict of 1-D arrays, one entry per
+    request) and ``timeseries`` (dict of arrays). Raises WorkloadError, ConfigError or
+    SimulationError from ``dynosim.errors``.
+    """

@@ -1,0 +1,22 @@
+//! dynosim-core: a deterministic discrete-event simulator of LLM serving clusters.
+//!
+//! Plain Rust with no Python in it: the `dynosim-py` crate binds it as `dynosim._core`, and a
+//! Rust program can call [`replay::replay`] directly.
+
+pub mod config;
+pub mod error;
+pub mod event_queue;
+pub mod kv_cache;
+pub mod replay;
+pub mod report;
+pub mod router;
+pub mod scheduler;
+pub mod stats;
+pub mod timing;
+pub mod workload;
+
+pub use config::SimConfig;
+pub use error::{Result, SimError};
+pub use replay::replay;
+pub use report::Report;
+pub use workload::Workload;

@@ -1,0 +1,304 @@
+//! What a replay produces: per-request records, time series and the summary (SPEC section 8).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::SimConfig;
+use crate::stats::{Distribution, WeightedSamples};
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    Completed = 0,
+    Rejected = 1,
+    /// Still in the system; never present in a finished report.
+    Pending = 255,
+}
+
+/// Why a request was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum RejectReason {
+    None = 0,
+    /// The prompt plus one token needs more blocks than the worker's whole cache.
+    PromptExceedsCache = 1,
+    /// Prompt plus output needs more blocks than the whole cache: it could never finish.
+    OutputExceedsCache = 2,
+}
+
+impl RejectReason {
+    pub const ALL: [RejectReason; 3] = [
+        RejectReason::None,
+        RejectReason::PromptExceedsCache,
+        RejectReason::OutputExceedsCache,
+    ];
+
+    /// A stable machine name, used as the key of the summary's rejection counts.
+    pub fn name(self) -> &'static str {
+        match self {
+            RejectReason::None => "none",
+            RejectReason::PromptExceedsCache => "prompt_exceeds_kv_cache",
+            RejectReason::OutputExceedsCache => "prompt_plus_output_exceeds_kv_cache",
+        }
+    }
+}
+
+/// Per-request outcomes, one entry per workload row, in row order. Times are virtual ms; a
+/// time a request never reached is NaN.
+#[derive(Debug, Clone)]
+pub struct Records {
+    pub arrival_ms: Vec<f64>,
+    pub first_admit_ms: Vec<f64>,
+    pub first_token_ms: Vec<f64>,
+    pub second_token_ms: Vec<f64>,
+    pub last_token_ms: Vec<f64>,
+    pub input_length: Vec<u32>,
+    pub output_length: Vec<u32>,
+    /// Prompt tokens found in the KV cache at first admission.
+    pub reused_tokens: Vec<u32>,
+    /// Worker index, -1 when none.
+    pub worker: Vec<i32>,
+    pub status: Vec<u8>,
+    pub reject_reason: Vec<u8>,
+    pub preemptions: Vec<u32>,
+    /// Every inter-token gap of every request (ms).
+    pub itl: WeightedSamples,
+    /// Requests completed or rejected so far.
+    pub finished: usize,
+}
+
+impl Records {
+    pub fn new(arrival_ms: Vec<f64>, input_length: &[u32], output_length: &[u32]) -> Self {
+        let n = arrival_ms.len();
+        Records {
+            arrival_ms,
+            first_admit_ms: vec![f64::NAN; n],
+            first_token_ms: vec![f64::NAN; n],
+            second_token_ms: vec![f64::NAN; n],
+            last_token_ms: vec![f64::NAN; n],
+            input_length: input_length.to_vec(),
+            output_length: output_length.to_vec(),
+            reused_tokens: vec![0; n],
+            worker: vec![-1; n],
+            status: vec![Status::Pending as u8; n],
+            reject_reason: vec![RejectReason::None as u8; n],
+            preemptions: vec![0; n],
+            itl: WeightedSamples::default(),
+            finished: 0,
+        }
+    }
+
+    pub fn complete(&mut self, request: usize, now: f64) {
+        self.last_token_ms[request] = now;
+        self.status[request] = Status::Completed as u8;
+        self.finished += 1;
+    }
+
+    pub fn reject(&mut self, request: usize, reason: RejectReason) {
+        self.status[request] = Status::Rejected as u8;
+        self.reject_reason[request] = reason as u8;
+        self.finished += 1;
+    }
+}
+
+/// Cluster state sampled every `sample_interval_ms` from 0 to the end of the replay.
+#[derive(Debug, Clone, Default)]
+pub struct TimeSeries {
+    pub interval_ms: f64,
+    pub time_ms: Vec<f64>,
+    /// Requests waiting for admission, all workers.
+    pub queued: Vec<u32>,
+    /// Requests running, all workers.
+    pub running: Vec<u32>,
+    /// Active KV blocks, row-major `[sample][worker]`.
+    pub kv_blocks_used: Vec<u32>,
+    pub num_workers: usize,
+}
+
+/// Counters the replay loop keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub passes: u64,
+    pub preemptions: u64,
+    pub evictions: u64,
+    pub events: u64,
+}
+
+/// Per-request metrics derived from the records, one entry per request (NaN where undefined).
+#[derive(Debug, Clone)]
+pub struct Derived {
+    pub ttft_ms: Vec<f64>,
+    pub ttst_ms: Vec<f64>,
+    pub tpot_ms: Vec<f64>,
+    pub e2e_ms: Vec<f64>,
+}
+
+impl Derived {
+    fn of(r: &Records) -> Derived {
+        let n = r.arrival_ms.len();
+        let mut d = Derived {
+            ttft_ms: vec![f64::NAN; n],
+            ttst_ms: vec![f64::NAN; n],
+            tpot_ms: vec![f64::NAN; n],
+            e2e_ms: vec![f64::NAN; n],
+        };
+        for i in 0..n {
+            if r.status[i] != Status::Completed as u8 {
+                continue;
+            }
+            let ttft = r.first_token_ms[i] - r.arrival_ms[i];
+            let e2e = r.last_token_ms[i] - r.arrival_ms[i];
+            d.ttft_ms[i] = ttft;
+            d.e2e_ms[i] = e2e;
+            d.ttst_ms[i] = r.second_token_ms[i] - r.first_token_ms[i];
+            if r.output_length[i] > 1 {
+                d.tpot_ms[i] = (e2e - ttft) / f64::from(r.output_length[i] - 1);
+            }
+        }
+        d
+    }
+}
+
+/// The summary of SPEC section 8. Serialised with fields in this order; the canonical report
+/// sorts keys anyway.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub num_requests: u64,
+    pub completed_requests: u64,
+    pub rejected_requests: u64,
+    pub rejections_by_reason: BTreeMap<&'static str, u64>,
+    /// Prompt and output tokens of completed requests.
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    /// From the first arrival (0) to the last token of the replay (ms).
+    pub duration_ms: f64,
+    pub request_throughput_rps: f64,
+    pub output_token_throughput_tps: f64,
+    pub total_token_throughput_tps: f64,
+    pub ttft_ms: Distribution,
+    pub ttst_ms: Distribution,
+    pub tpot_ms: Distribution,
+    pub itl_ms: Distribution,
+    pub e2e_ms: Distribution,
+    /// Prompt tokens served from the KV cache at first admission, over all prompt tokens of
+    /// completed requests.
+    pub reused_tokens: u64,
+    pub prefix_reuse_ratio: f64,
+    pub num_workers: u32,
+    pub num_gpus: u32,
+    pub gpu_hours: f64,
+    /// Completed requests meeting every set SLA threshold, and their rate.
+    pub goodput_requests: u64,
+    pub goodput_rps: f64,
+    pub num_passes: u64,
+    pub num_preemptions: u64,
+    pub num_evictions: u64,
+    pub num_events: u64,
+}
+
+/// Everything one replay produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub records: Records,
+    pub derived: Derived,
+    pub timeseries: TimeSeries,
+    pub summary: Summary,
+}
+
+fn per_second(count: f64, duration_ms: f64) -> f64 {
+    if duration_ms > 0.0 {
+        count * 1000.0 / duration_ms
+    } else {
+        0.0
+    }
+}
+
+impl Report {
+    pub fn build(
+        records: Records,
+        timeseries: TimeSeries,
+        counters: Counters,
+        duration_ms: f64,
+        config: &SimConfig,
+    ) -> Report {
+        let derived = Derived::of(&records);
+        let n = records.arrival_ms.len();
+        let done: Vec<usize> = (0..n)
+            .filter(|&i| records.status[i] == Status::Completed as u8)
+            .collect();
+        let mut rejections_by_reason = BTreeMap::new();
+        for i in 0..n {
+            if records.status[i] == Status::Rejected as u8 {
+                let reason = RejectReason::ALL[records.reject_reason[i] as usize];
+                *rejections_by_reason.entry(reason.name()).or_insert(0) += 1;
+            }
+        }
+        let sum = |v: &[u32]| done.iter().map(|&i| u64::from(v[i])).sum::<u64>();
+        let total_input_tokens = sum(&records.input_length);
+        let total_output_tokens = sum(&records.output_length);
+        let reused_tokens = sum(&records.reused_tokens);
+        let pick = |v: &[f64]| Distribution::of(done.iter().map(|&i| v[i]));
+        let sla = &config.sla;
+        let meets =
+            |limit: Option<f64>, value: f64| limit.is_none_or(|l| value.is_nan() || value <= l);
+        let goodput_requests = done
+            .iter()
+            .filter(|&&i| {
+                meets(sla.ttft_ms, derived.ttft_ms[i])
+                    && meets(sla.itl_ms, derived.tpot_ms[i])
+                    && meets(sla.e2e_ms, derived.e2e_ms[i])
+            })
+            .count() as u64;
+        let num_workers = config.cluster.num_workers;
+        let num_gpus = num_workers * config.cluster.gpus_per_worker;
+        let completed = done.len() as u64;
+        let summary = Summary {
+            num_requests: n as u64,
+            completed_requests: completed,
+            rejected_requests: rejections_by_reason.values().sum(),
+            rejections_by_reason,
+            total_input_tokens,
+            total_output_tokens,
+            duration_ms,
+            request_throughput_rps: per_second(completed as f64, duration_ms),
+            output_token_throughput_tps: per_second(total_output_tokens as f64, duration_ms),
+            total_token_throughput_tps: per_second(
+                (total_input_tokens + total_output_tokens) as f64,
+                duration_ms,
+            ),
+            ttft_ms: pick(&derived.ttft_ms),
+            ttst_ms: pick(&derived.ttst_ms),
+            tpot_ms: pick(&derived.tpot_ms),
+            itl_ms: records.itl.distribution(),
+            e2e_ms: pick(&derived.e2e_ms),
+            reused_tokens,
+            prefix_reuse_ratio: if total_input_tokens > 0 {
+                reused_tokens as f64 / total_input_tokens as f64
+            } else {
+                0.0
+            },
+            num_workers,
+            num_gpus,
+            gpu_hours: f64::from(num_gpus) * duration_ms / 3_600_000.0,
+            goodput_requests,
+            goodput_rps: per_second(goodput_requests as f64, duration_ms),
+            num_passes: counters.passes,
+            num_preemptions: counters.preemptions,
+            num_evictions: counters.evictions,
+            num_events: counters.events,
+        };
+        Report {
+            records,
+            derived,
+            timeseries,
+            summary,
+        }
+    }
+
+    /// The summary as JSON (`null` for undefined statistics).
+    pub fn summary_json(&self) -> String {
+        serde_json::to_string(&self.summary).expect("summary serialises")
+    }
+}

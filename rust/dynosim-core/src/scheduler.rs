@@ -1,0 +1,346 @@
+//! One worker's vLLM-like engine (SPEC section 3): a waiting queue, running requests, a token
+//! budget per pass, chunked prefill, recompute preemption, over one `KvCache`.
+
+use std::collections::VecDeque;
+
+use crate::config::{EngineConfig, PreemptionMode};
+use crate::kv_cache::KvCache;
+use crate::report::{Records, RejectReason};
+use crate::timing::{PassShape, StepTimer};
+use crate::workload::Workload;
+
+/// A request inside one worker.
+#[derive(Debug, Clone, Default)]
+struct Seq {
+    request: u32,
+    prompt: u32,
+    output: u32,
+    /// Tokens emitted so far.
+    generated: u32,
+    /// Tokens whose KV is in the cache.
+    computed: u32,
+    /// Still computing its prompt (or recomputing after preemption).
+    prefilling: bool,
+    /// Identities of the full prompt blocks.
+    hashes: Vec<u64>,
+    /// Cached blocks held, in block order.
+    slots: Vec<u32>,
+    /// Blocks held without an identity.
+    private: u32,
+    /// Prompt blocks already looked up or named.
+    named: u32,
+    in_pass: bool,
+    /// Tokens scheduled in the current pass.
+    pass_tokens: u32,
+    admitted_once: bool,
+    finished: bool,
+    last_token_ms: f64,
+}
+
+impl Seq {
+    /// Tokens that must have KV before the next token can be emitted: the prompt plus every
+    /// token emitted so far (after preemption they are all recomputed).
+    fn target(&self) -> u32 {
+        self.prompt + self.generated
+    }
+
+    fn held(&self) -> u32 {
+        self.slots.len() as u32 + self.private
+    }
+}
+
+/// The engine of one worker.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    config: EngineConfig,
+    cache: KvCache,
+    timer: StepTimer,
+    seqs: Vec<Seq>,
+    spare: Vec<u32>,
+    waiting: VecDeque<u32>,
+    running: Vec<u32>,
+    in_pass: Vec<u32>,
+    busy: bool,
+    passes: u64,
+    preemptions: u64,
+}
+
+impl Scheduler {
+    pub fn new(config: EngineConfig, timer: StepTimer) -> Self {
+        Scheduler {
+            cache: KvCache::new(config.num_gpu_blocks),
+            config,
+            timer,
+            seqs: Vec::new(),
+            spare: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            in_pass: Vec::new(),
+            busy: false,
+            passes: 0,
+            preemptions: 0,
+        }
+    }
+
+    fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.config.block_size))
+    }
+
+    /// Blocks to add so `held` blocks hold `tokens` tokens. Decodes cross a block boundary once
+    /// per `block_size` tokens, so the division is skipped on the common path.
+    fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
+        if u64::from(tokens) <= u64::from(held) * u64::from(self.config.block_size) {
+            0
+        } else {
+            self.blocks_for(u64::from(tokens)) as u32 - held
+        }
+    }
+
+    /// Why request `i` can never be served by this worker, if it cannot.
+    pub fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
+        let capacity = u64::from(self.config.num_gpu_blocks);
+        let prompt = u64::from(prompt);
+        if self.blocks_for(prompt + 1) > capacity {
+            Some(RejectReason::PromptExceedsCache)
+        } else if self.blocks_for(prompt + u64::from(output) - 1) > capacity {
+            Some(RejectReason::OutputExceedsCache)
+        } else {
+            None
+        }
+    }
+
+    /// Queue request `i` (it has passed `never_fits`).
+    pub fn enqueue(&mut self, workload: &Workload, i: usize) {
+        let id = match self.spare.pop() {
+            Some(id) => id,
+            None => {
+                self.seqs.push(Seq::default());
+                (self.seqs.len() - 1) as u32
+            }
+        };
+        let seq = &mut self.seqs[id as usize];
+        seq.request = i as u32;
+        seq.prompt = workload.input_length[i];
+        seq.output = workload.output_length[i];
+        seq.generated = 0;
+        seq.computed = 0;
+        seq.prefilling = true;
+        seq.named = 0;
+        seq.in_pass = false;
+        seq.admitted_once = false;
+        seq.finished = false;
+        seq.last_token_ms = f64::NAN;
+        workload.block_hashes(i, self.config.block_size, &mut seq.hashes);
+        self.waiting.push_back(id);
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    pub fn passes(&self) -> u64 {
+        self.passes
+    }
+
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// Plan the next pass at `now`: running requests spend the token budget first, then waiting
+    /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass
+    /// duration (ms), or `None` when nothing could be scheduled.
+    pub fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
+        debug_assert!(!self.busy && self.in_pass.is_empty());
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let seq = &self.seqs[id as usize];
+            let n = (seq.target() - seq.computed).min(budget);
+            let need = self.new_blocks(seq.computed + n, seq.held());
+            let mut preempted_self = false;
+            while self.cache.available() < need {
+                let vi = match self.config.preemption_mode {
+                    PreemptionMode::Lifo => self.running.len() - 1,
+                    PreemptionMode::Fifo => 0,
+                };
+                let victim = self.running[vi];
+                self.preempt(vi, &mut budget, records);
+                if victim == id {
+                    preempted_self = true;
+                    break;
+                }
+                if vi < i {
+                    i -= 1;
+                }
+            }
+            if preempted_self {
+                continue;
+            }
+            self.schedule(id, n, need);
+            budget -= n;
+            i += 1;
+        }
+        while let Some(&id) = self.waiting.front() {
+            if self.running.len() >= self.config.max_num_seqs as usize || budget == 0 {
+                break;
+            }
+            let seq = &self.seqs[id as usize];
+            let hit = self.cache.lookup(&seq.hashes);
+            let target = seq.target();
+            let cached = (hit.blocks * self.config.block_size).min(target);
+            let remaining = target - cached;
+            let n = if remaining <= budget {
+                remaining
+            } else if self.config.enable_chunked_prefill {
+                budget
+            } else if self.in_pass.is_empty() {
+                // An unchunked prompt larger than the budget runs alone rather than never.
+                remaining
+            } else {
+                break;
+            };
+            let need = self.new_blocks(cached + n, hit.blocks);
+            if self.cache.available() < hit.inactive + need {
+                break;
+            }
+            self.waiting.pop_front();
+            let seq = &mut self.seqs[id as usize];
+            for k in 0..hit.blocks as usize {
+                seq.slots.push(self.cache.acquire(seq.hashes[k]));
+            }
+            seq.named = hit.blocks;
+            seq.computed = cached;
+            if !seq.admitted_once {
+                seq.admitted_once = true;
+                let r = seq.request as usize;
+                records.first_admit_ms[r] = now;
+                records.reused_tokens[r] = cached;
+            }
+            self.schedule(id, n, need);
+            self.running.push(id);
+            budget = budget.saturating_sub(n);
+        }
+        if self.in_pass.is_empty() {
+            return None;
+        }
+        let mut shape = PassShape::default();
+        for &id in &self.in_pass {
+            let seq = &self.seqs[id as usize];
+            if seq.prefilling {
+                shape.prefill_tokens += u64::from(seq.pass_tokens);
+            } else {
+                shape.decode_requests += 1;
+                shape.decode_kv_tokens += u64::from(seq.computed);
+            }
+        }
+        self.busy = true;
+        self.passes += 1;
+        Some(self.timer.pass_ms(&shape))
+    }
+
+    /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
+    /// blocks so later requests can share them.
+    fn schedule(&mut self, id: u32, n: u32, need: u32) {
+        self.cache.allocate(need);
+        let bs = self.config.block_size;
+        let seq = &mut self.seqs[id as usize];
+        seq.private += need;
+        seq.pass_tokens = n;
+        seq.computed += n;
+        seq.in_pass = true;
+        let full = (seq.computed / bs).min(seq.hashes.len() as u32);
+        while seq.named < full {
+            if let Some(slot) = self.cache.register(seq.hashes[seq.named as usize]) {
+                seq.slots.push(slot);
+                seq.private -= 1;
+            }
+            seq.named += 1;
+        }
+        self.in_pass.push(id);
+    }
+
+    /// Release running request `running[vi]` and send it back to the front of the queue to be
+    /// recomputed; if it was already scheduled in this pass, its tokens return to the budget.
+    fn preempt(&mut self, vi: usize, budget: &mut u32, records: &mut Records) {
+        let id = self.running.remove(vi);
+        let seq = &mut self.seqs[id as usize];
+        if seq.in_pass {
+            seq.in_pass = false;
+            *budget += seq.pass_tokens;
+            self.in_pass.retain(|&x| x != id);
+        }
+        self.cache.release(&seq.slots, seq.private);
+        seq.slots.clear();
+        seq.private = 0;
+        seq.named = 0;
+        seq.computed = 0;
+        seq.prefilling = true;
+        records.preemptions[seq.request as usize] += 1;
+        self.preemptions += 1;
+        self.waiting.push_front(id);
+    }
+
+    /// End the pass at `now`: every request whose KV caught up emits a token; finished ones
+    /// release their blocks.
+    pub fn finish_pass(&mut self, now: f64, records: &mut Records) {
+        self.busy = false;
+        let mut any_finished = false;
+        for &id in &self.in_pass {
+            let seq = &mut self.seqs[id as usize];
+            seq.in_pass = false;
+            if seq.computed != seq.target() {
+                continue; // a chunk of a longer prefill
+            }
+            seq.prefilling = false;
+            seq.generated += 1;
+            let r = seq.request as usize;
+            match seq.generated {
+                1 => records.first_token_ms[r] = now,
+                g => {
+                    records.itl.push(now - seq.last_token_ms);
+                    if g == 2 {
+                        records.second_token_ms[r] = now;
+                    }
+                }
+            }
+            seq.last_token_ms = now;
+            if seq.generated == seq.output {
+                records.complete(r, now);
+                self.cache.release(&seq.slots, seq.private);
+                seq.slots.clear();
+                seq.private = 0;
+                seq.finished = true;
+                any_finished = true;
+            }
+        }
+        self.in_pass.clear();
+        if any_finished {
+            let seqs = &self.seqs;
+            let spare = &mut self.spare;
+            self.running.retain(|&id| {
+                let done = seqs[id as usize].finished;
+                if done {
+                    spare.push(id);
+                }
+                !done
+            });
+        }
+    }
+}

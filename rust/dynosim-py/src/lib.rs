@@ -1,0 +1,173 @@
+//! `dynosim._core`: the Python face of dynosim-core. It only converts types and errors and
+//! releases the GIL while a replay runs; every decision lives in the core.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dynosim_core::report::RejectReason;
+use dynosim_core::{SimConfig, SimError, Workload};
+use numpy::{IntoPyArray, PyArrayMethods, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Raise `dynosim.errors.<class_name>(message)`, the one exception hierarchy of the package.
+fn raise(py: Python<'_>, class_name: &str, message: String) -> PyErr {
+    match py
+        .import("dynosim.errors")
+        .and_then(|m| m.getattr(class_name))
+    {
+        Ok(class) => PyErr::from_value(
+            class
+                .call1((message,))
+                .unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()),
+        ),
+        Err(e) => e,
+    }
+}
+
+fn to_py_err(py: Python<'_>, err: SimError) -> PyErr {
+    let class = match err {
+        SimError::Config { .. } | SimError::ConfigFormat(_) => "ConfigError",
+        SimError::Workload { .. } | SimError::WorkloadShape(_) => "WorkloadError",
+        SimError::Internal(_) => "SimulationError",
+    };
+    raise(py, class, err.to_string())
+}
+
+/// A counter of finished requests that a replay running in another thread keeps current.
+#[pyclass(frozen, module = "dynosim._core")]
+struct Progress {
+    done: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl Progress {
+    #[new]
+    fn new() -> Self {
+        Progress {
+            done: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Requests finished (completed or rejected) so far.
+    #[getter]
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+}
+
+/// The default configuration as JSON: the single source of every default.
+#[pyfunction]
+fn default_config_json() -> String {
+    SimConfig::default().to_json()
+}
+
+/// Validate a configuration document; returns it normalised (defaults filled in) as JSON.
+#[pyfunction]
+fn normalize_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> {
+    SimConfig::from_json(config_json)
+        .map(|c| c.to_json())
+        .map_err(|e| to_py_err(py, e))
+}
+
+/// Machine names of rejection reasons, indexed by the `reject_reason` codes of a report.
+#[pyfunction]
+fn reject_reason_names() -> Vec<&'static str> {
+    RejectReason::ALL.iter().map(|r| r.name()).collect()
+}
+
+/// Replay a columnar workload; see `dynosim.replay` for the public API.
+#[pyfunction]
+#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, config_json, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn replay<'py>(
+    py: Python<'py>,
+    arrival_ms: PyReadonlyArray1<'py, f64>,
+    input_length: PyReadonlyArray1<'py, u32>,
+    output_length: PyReadonlyArray1<'py, u32>,
+    hash_offsets: PyReadonlyArray1<'py, u64>,
+    hash_ids: PyReadonlyArray1<'py, u64>,
+    trace_block_size: u32,
+    config_json: &str,
+    progress: Option<PyRef<'py, Progress>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    let workload = Workload {
+        arrival_ms: arrival_ms.as_slice()?,
+        input_length: input_length.as_slice()?,
+        output_length: output_length.as_slice()?,
+        hash_offsets: hash_offsets.as_slice()?,
+        hash_ids: hash_ids.as_slice()?,
+        trace_block_size,
+    };
+    let counter = progress.map(|p| p.done.clone());
+    let outcome = py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            dynosim_core::replay(&workload, &config, counter.as_deref())
+        }))
+    });
+    let report = match outcome {
+        Ok(result) => result.map_err(|e| to_py_err(py, e))?,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            return Err(raise(
+                py,
+                "SimulationError",
+                format!("internal simulation error (a bug, please report it): {what}"),
+            ));
+        }
+    };
+    let out = PyDict::new(py);
+    out.set_item("summary_json", report.summary_json())?;
+    out.set_item("config_json", config.to_json())?;
+    let r = report.records;
+    let d = report.derived;
+    let requests = PyDict::new(py);
+    requests.set_item("arrival_ms", r.arrival_ms.into_pyarray(py))?;
+    requests.set_item("first_admit_ms", r.first_admit_ms.into_pyarray(py))?;
+    requests.set_item("first_token_ms", r.first_token_ms.into_pyarray(py))?;
+    requests.set_item("second_token_ms", r.second_token_ms.into_pyarray(py))?;
+    requests.set_item("last_token_ms", r.last_token_ms.into_pyarray(py))?;
+    requests.set_item("ttft_ms", d.ttft_ms.into_pyarray(py))?;
+    requests.set_item("ttst_ms", d.ttst_ms.into_pyarray(py))?;
+    requests.set_item("tpot_ms", d.tpot_ms.into_pyarray(py))?;
+    requests.set_item("e2e_ms", d.e2e_ms.into_pyarray(py))?;
+    requests.set_item("input_length", r.input_length.into_pyarray(py))?;
+    requests.set_item("output_length", r.output_length.into_pyarray(py))?;
+    requests.set_item("reused_tokens", r.reused_tokens.into_pyarray(py))?;
+    requests.set_item("worker", r.worker.into_pyarray(py))?;
+    requests.set_item("status", r.status.into_pyarray(py))?;
+    requests.set_item("reject_reason", r.reject_reason.into_pyarray(py))?;
+    requests.set_item("preemptions", r.preemptions.into_pyarray(py))?;
+    out.set_item("requests", requests)?;
+    let ts = report.timeseries;
+    let samples = ts.time_ms.len();
+    let series = PyDict::new(py);
+    series.set_item("interval_ms", ts.interval_ms)?;
+    series.set_item("time_ms", ts.time_ms.into_pyarray(py))?;
+    series.set_item("queued", ts.queued.into_pyarray(py))?;
+    series.set_item("running", ts.running.into_pyarray(py))?;
+    series.set_item(
+        "kv_blocks_used",
+        ts.kv_blocks_used
+            .into_pyarray(py)
+            .reshape([samples, ts.num_workers])?,
+    )?;
+    out.set_item("timeseries", series)?;
+    Ok(out)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Progress>()?;
+    m.add_function(wrap_pyfunction!(default_config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(reject_reason_names, m)?)?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    Ok(())
+}

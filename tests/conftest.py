@@ -1,0 +1,49 @@
+"""Shared test helpers: where the real traces are, and small in-memory workloads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynosim import TraceColumns
+
+#: The project's shared traces sit beside the repository (CI clones it next to shared/).
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+
+
+@pytest.fixture
+def real_trace() -> Callable[[str], Path]:
+    """Path of a real trace in shared/data/traces; skips the test when it is not there."""
+
+    def find(name: str) -> Path:
+        path = TRACES / name
+        if not path.exists():
+            pytest.skip(f"real trace {path} is not available")
+        return path
+
+    return find
+
+
+def make_columns(
+    rows: Sequence[tuple[float, int, int, Sequence[int]]], trace_block_size: int = 512
+) -> TraceColumns:
+    """Columns from (arrival ms, input tokens, output tokens, hash ids) rows."""
+    ids = [h for *_, hashes in rows for h in hashes]
+    offsets = np.cumsum([0, *(len(r[3]) for r in rows)], dtype=np.uint64)
+    return TraceColumns(
+        arrival_ms=np.array([r[0] for r in rows], dtype=np.float64),
+        input_length=np.array([r[1] for r in rows], dtype=np.uint32),
+        output_length=np.array([r[2] for r in rows], dtype=np.uint32),
+        hash_offsets=offsets,
+        hash_ids=np.array(ids, dtype=np.uint64),
+        trace_block_size=trace_block_size,
+    )
+
+
+@pytest.fixture
+def columns() -> Callable[..., TraceColumns]:
+    """Factory of in-memory columns: ``columns([(t_ms, isl, osl, [ids...]), ...], tbs)``."""
+    return make_columns

@@ -1,0 +1,109 @@
+"""The ``dynosim`` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import dynosim
+from dynosim.cli import EXIT_BAD_INPUT, main
+
+
+def test_replay_bundled_sample_prints_summary(capsys):
+    assert main(["replay", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "bundled sample (mooncake_conversation_sample.jsonl)" in out
+    assert "completed / rejected" in out
+    assert "TTFT" in out
+
+
+def test_json_to_stdout_matches_the_api(capsys, tmp_path):
+    assert main(["replay", "--workers", "2", "--block-size", "32", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert "TTFT" in captured.err  # the table moves to stderr
+    expected = dynosim.replay(
+        dynosim.load_trace(dynosim.sample_trace_path()),
+        {"cluster": {"num_workers": 2}, "engine": {"block_size": 32}},
+    )
+    assert captured.out.strip() == expected.to_json()
+    assert report["summary"]["num_requests"] == 3000
+    assert report["config"]["engine"]["block_size"] == 32
+
+
+def test_json_file_and_flags(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n'
+        '{"timestamp": 1000, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n'
+    )
+    argv = [
+        "replay",
+        str(trace),
+        "--timing",
+        "fixed",
+        "--prefill-ms",
+        "10",
+        "--decode-ms",
+        "2",
+        "--arrival-speedup",
+        "2",
+        "--block-size",
+        "4",
+        "--workers",
+        "1",
+        "--json",
+        str(out),
+    ]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["requests"]["arrival_ms"] == [0.0, 500.0]
+    assert report["requests"]["ttft_ms"] == [10.0, 0.0]  # the second prompt is fully cached
+    assert report["requests"]["e2e_ms"] == [12.0, 2.0]
+
+
+def test_config_file_with_flag_override(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cluster:\n  num_workers: 3\nengine:\n  num_gpu_blocks: 4096\n")
+    assert main(["replay", "--config", str(cfg), "--workers", "5", "--json", "-"]) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert config["cluster"]["num_workers"] == 5
+    assert config["engine"]["num_gpu_blocks"] == 4096
+
+
+def test_bad_trace_exits_with_file_and_line(tmp_path, capsys):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n'
+        '{"timestamp": 1, "input_length": -3, "output_length": 2, "hash_ids": [1]}\n'
+    )
+    assert main(["replay", str(trace)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2" in err and "input_length" in err and "-3" in err
+
+
+def test_bad_flags_exit_with_a_message(capsys):
+    assert main(["replay", "--timing", "fixed", "--prefill-ms", "3"]) == EXIT_BAD_INPUT
+    assert "--timing fixed needs --decode-ms" in capsys.readouterr().err
+    assert main(["replay", "--block-size", "0"]) == EXIT_BAD_INPUT
+    assert "engine.block_size: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_schema_command(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert set(schema["properties"]) == {"cluster", "engine", "timing", "sla", "report"}
+
+
+def test_console_script_runs_as_a_module():
+    done = subprocess.run(
+        [sys.executable, "-m", "dynosim", "replay", "--no-progress", "--workers", "8"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "8 x 1" in done.stdout

@@ -45,6 +45,32 @@ def test_conversation_trace_4_workers(benchmark, conversation):
         )
 
 
+@pytest.mark.parametrize("link_model", ["max_min", "line_rate"])
+def test_conversation_trace_disaggregated_2p2d(benchmark, conversation, link_model):
+    """2 prefill + 2 decode workers, 64 GB/s links, Qwen3-32B bf16 KV (262,144 bytes/token).
+    Dynamo's replay needs about 11 s for this at line rate (SPEC section 10)."""
+    config = dynosim.load_config(
+        {
+            "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2},
+            "engine": {"block_size": 64},
+            "kv_transfer": {
+                "bandwidth_gbps": 64.0,
+                "kv_bytes_per_token": 262_144,
+                "link_model": link_model,
+            },
+        }
+    )
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    assert s["num_transfers"] == s["completed_requests"]
+    benchmark.extra_info.update(
+        rate_recomputations=s["rate_recomputations"],
+        ttft_mean_ms=s["ttft_ms"]["mean"],
+        transfer_mean_ms=s["transfer_ms"]["mean"],
+    )
+
+
 def test_trace_load(benchmark):
     if not TRACE.exists():
         pytest.skip(f"{TRACE} is not available")

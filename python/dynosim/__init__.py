@@ -13,13 +13,17 @@ from dynosim.config import (
     ClusterConfig,
     EngineConfig,
     FixedTiming,
+    KvShape,
+    KvTransferConfig,
     PolynomialTiming,
     ReportConfig,
+    RoleConfig,
     SimConfig,
     SlaConfig,
     load_config,
 )
 from dynosim.errors import ConfigError, DynosimError, SimulationError, WorkloadError
+from dynosim.links import max_min_rates
 from dynosim.replay import replay
 from dynosim.report import REJECT_REASONS, Report
 from dynosim.samples import sample_trace_path
@@ -37,9 +41,12 @@ __all__ = [
     "DynosimError",
     "EngineConfig",
     "FixedTiming",
+    "KvShape",
+    "KvTransferConfig",
     "PolynomialTiming",
     "Report",
     "ReportConfig",
+    "RoleConfig",
     "SimConfig",
     "SimulationError",
     "SlaConfig",
@@ -49,6 +56,7 @@ __all__ = [
     "WorkloadError",
     "load_config",
     "load_trace",
+    "max_min_rates",
     "replay",
     "sample_trace_path",
 ]

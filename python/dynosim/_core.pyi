@@ -38,3 +38,8 @@ def replay(
     request) and ``timeseries`` (dict of arrays). Raises WorkloadError, ConfigError or
     SimulationError from ``dynosim.errors``.
     """
+
+def max_min_rates(
+    flows: list[list[int]], capacities: list[float], caps: list[float] | None = None
+) -> npt.NDArray[np.float64]:
+    """Max-min fair rates of flows (link-id lists) over link capacities, in their unit."""

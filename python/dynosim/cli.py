@@ -44,6 +44,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--prefill-ms", type=float, help="fixed timing: prefill pass cost (ms)")
     r.add_argument("--decode-ms", type=float, help="fixed timing: decode pass cost (ms)")
     r.add_argument("--arrival-speedup", type=float, help="divide every inter-arrival gap by R")
+    d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
+    d.add_argument("--prefill-workers", type=int, help="prefill workers")
+    d.add_argument("--decode-workers", type=int, help="decode workers")
+    d.add_argument("--kv-bandwidth-gbps", type=float, help="each prefill worker's send link, GB/s")
+    d.add_argument(
+        "--decode-kv-bandwidth-gbps", type=float, help="each decode worker's receive link, GB/s"
+    )
+    d.add_argument("--kv-bytes-per-token", type=float, help="KV bytes of one token")
+    d.add_argument("--link-model", choices=["max_min", "line_rate"], help="link sharing model")
+    d.add_argument(
+        "--transfer-sizing", choices=["full_prompt", "destination_missing"], help="tokens moved"
+    )
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     sub.add_parser("schema", help="print the JSON schema of the configuration file")
@@ -59,10 +71,19 @@ def _config(args: argparse.Namespace) -> SimConfig:
         ("num_gpu_blocks", "engine", "num_gpu_blocks"),
         ("max_num_seqs", "engine", "max_num_seqs"),
         ("max_num_batched_tokens", "engine", "max_num_batched_tokens"),
+        ("prefill_workers", "cluster", "num_prefill_workers"),
+        ("decode_workers", "cluster", "num_decode_workers"),
+        ("kv_bandwidth_gbps", "kv_transfer", "bandwidth_gbps"),
+        ("decode_kv_bandwidth_gbps", "kv_transfer", "decode_bandwidth_gbps"),
+        ("kv_bytes_per_token", "kv_transfer", "kv_bytes_per_token"),
+        ("link_model", "kv_transfer", "link_model"),
+        ("transfer_sizing", "kv_transfer", "sizing"),
     ):
         value = getattr(args, flag)
         if value is not None:
             data[section][key] = value
+    if args.prefill_workers is not None or args.decode_workers is not None:
+        data["cluster"]["mode"] = "disaggregated"
     timing = args.timing or data["timing"]["model"]
     if timing == "fixed":
         fixed = {k: v for k, v in data["timing"].items() if k in ("prefill_ms", "decode_ms")}
@@ -111,6 +132,22 @@ def render_summary(report: Report, source: str) -> Any:
         ("GPU-hours", _fmt(s["gpu_hours"], 3)),
         ("passes / preemptions", f"{s['num_passes']:,} / {s['num_preemptions']:,}"),
     ]
+    if report.config["cluster"]["mode"] == "disaggregated":
+        c = report.config["cluster"]
+        util = s["link_utilization"]
+        rows[2] = (
+            "prefill + decode workers",
+            f"{c['num_prefill_workers']} + {c['num_decode_workers']}",
+        )
+        rows += [
+            ("KV transfers / GB", f"{s['num_transfers']:,} / {s['transfer_bytes'] / 1e9:,.2f}"),
+            (
+                "transfer ms mean / p99",
+                f"{_fmt(s['transfer_ms']['mean'])} / {_fmt(s['transfer_ms']['p99'])}",
+            ),
+            ("max link utilization", _fmt(max(util), 4) if util else "-"),
+            ("rate recomputations", f"{s['rate_recomputations']:,}"),
+        ]
     for name, value in rows:
         head.add_row(name, value)
     lat = Table(title="latency (ms)", title_justify="left")

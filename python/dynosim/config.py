@@ -47,7 +47,8 @@ def _problems(err: ValidationError) -> list[tuple[str, str]]:
 class _Settings(BaseModel):
     """Frozen, strict about unknown keys, and raising ConfigError instead of ValidationError."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf/NaN would reach the core as JSON null (an unset value): refuse them here.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -68,9 +69,22 @@ def _default(section: str, key: str) -> Any:
 
 
 class ClusterConfig(_Settings):
-    """The cluster of aggregated workers and how the trace is played."""
+    """The cluster's workers and how the trace is played."""
 
-    num_workers: int = Field(_default("cluster", "num_workers"), description="Workers (engines).")
+    mode: Literal["aggregated", "disaggregated"] = Field(
+        _default("cluster", "mode"),
+        description="aggregated: every worker prefills and decodes; disaggregated: prefill "
+        "workers hand the KV to decode workers.",
+    )
+    num_workers: int = Field(
+        _default("cluster", "num_workers"), description="Workers in aggregated mode."
+    )
+    num_prefill_workers: int = Field(
+        _default("cluster", "num_prefill_workers"), description="Prefill workers (disaggregated)."
+    )
+    num_decode_workers: int = Field(
+        _default("cluster", "num_decode_workers"), description="Decode workers (disaggregated)."
+    )
     gpus_per_worker: int = Field(
         _default("cluster", "gpus_per_worker"), description="GPUs one worker occupies."
     )
@@ -130,6 +144,46 @@ class FixedTiming(_Settings):
 TimingConfig = Annotated[PolynomialTiming | FixedTiming, Field(discriminator="model")]
 
 
+class RoleConfig(_Settings):
+    """One role's own settings in disaggregated mode; each given section replaces the shared
+    ``engine`` / ``timing`` section as a whole for that role."""
+
+    engine: EngineConfig | None = None
+    timing: TimingConfig | None = None
+
+
+class KvShape(_Settings):
+    """A model's KV geometry: bytes per token = layers x 2 x kv heads x head dim x dtype bytes."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int = Field(description="Bytes per KV element (2 for bf16, 1 for fp8).")
+
+
+class KvTransferConfig(_Settings):
+    """KV transfers from prefill to decode workers (disaggregated mode)."""
+
+    bandwidth_gbps: float | None = Field(
+        None, description="Each prefill worker's send link (GB/s = 1e9 B/s); unset: instant."
+    )
+    decode_bandwidth_gbps: float | None = Field(
+        None, description="Each decode worker's receive link (GB/s); unset: bandwidth_gbps."
+    )
+    link_model: Literal["max_min", "line_rate"] | None = Field(
+        None,
+        description="max_min (default with a bandwidth): transfers share links max-min "
+        "fairly; line_rate: every transfer at full bandwidth (Dynamo's model).",
+    )
+    sizing: Literal["full_prompt", "destination_missing"] | None = Field(
+        None,
+        description="Tokens a transfer moves: the full prompt (default) or only the blocks "
+        "the decode worker does not cache.",
+    )
+    kv_bytes_per_token: float | None = Field(None, description="KV bytes of one token.")
+    kv_shape: KvShape | None = Field(None, description="Or the model's KV geometry.")
+
+
 class SlaConfig(_Settings):
     """Goodput thresholds; an unset threshold is not checked."""
 
@@ -152,6 +206,9 @@ class SimConfig(_Settings):
     cluster: ClusterConfig = ClusterConfig()
     engine: EngineConfig = EngineConfig()
     timing: TimingConfig = PolynomialTiming()
+    prefill: RoleConfig = RoleConfig()
+    decode: RoleConfig = RoleConfig()
+    kv_transfer: KvTransferConfig = KvTransferConfig()
     sla: SlaConfig = SlaConfig()
     report: ReportConfig = ReportConfig()
 
@@ -200,8 +257,11 @@ __all__ = [
     "ClusterConfig",
     "EngineConfig",
     "FixedTiming",
+    "KvShape",
+    "KvTransferConfig",
     "PolynomialTiming",
     "ReportConfig",
+    "RoleConfig",
     "SimConfig",
     "SlaConfig",
     "TimingConfig",

@@ -89,6 +89,16 @@ impl Default for TimingConfig {
     }
 }
 
+/// Whether every worker serves whole requests, or prompts and decodes run on separate pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServingMode {
+    /// `num_workers` workers each prefill and decode their requests.
+    Aggregated,
+    /// `num_prefill_workers` prefill, then the KV moves to one of `num_decode_workers`.
+    Disaggregated,
+}
+
 /// How requests are spread over workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,11 +106,17 @@ pub enum RouterMode {
     RoundRobin,
 }
 
-/// The cluster: how many aggregated workers, and how the trace is played.
+/// The cluster: its workers, and how the trace is played.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
+    pub mode: ServingMode,
+    /// Workers in aggregated mode.
     pub num_workers: u32,
+    /// Prefill workers in disaggregated mode.
+    pub num_prefill_workers: u32,
+    /// Decode workers in disaggregated mode.
+    pub num_decode_workers: u32,
     /// GPUs one worker occupies (for GPU-hours).
     pub gpus_per_worker: u32,
     /// Divides every inter-arrival gap of the trace (2.0 plays it twice as fast).
@@ -111,10 +127,99 @@ pub struct ClusterConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
+            mode: ServingMode::Aggregated,
             num_workers: 4,
+            num_prefill_workers: 1,
+            num_decode_workers: 1,
             gpus_per_worker: 1,
             arrival_speedup_ratio: 1.0,
             router: RouterMode::RoundRobin,
+        }
+    }
+}
+
+/// Settings of one role in disaggregated mode; each one given replaces the shared `engine` or
+/// `timing` section as a whole for that role.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleConfig {
+    pub engine: Option<EngineConfig>,
+    pub timing: Option<TimingConfig>,
+}
+
+/// How a transfer's rate is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkModel {
+    /// Transfers share each prefill worker's send link and each decode worker's receive link
+    /// max-min fairly.
+    MaxMin,
+    /// Every transfer runs at the full bandwidth, as if links were never shared (Dynamo's model).
+    LineRate,
+}
+
+/// Which prompt tokens a KV transfer moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferSizing {
+    /// The whole prompt.
+    FullPrompt,
+    /// Only the prompt blocks the decode worker does not already cache.
+    DestinationMissing,
+}
+
+/// The KV geometry of a model, from which the bytes of one token's KV follow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvShape {
+    pub num_layers: u32,
+    pub num_kv_heads: u32,
+    pub head_dim: u32,
+    /// Bytes per KV element (2 for bf16/fp16, 1 for fp8).
+    pub dtype_bytes: u32,
+}
+
+impl KvShape {
+    /// layers x 2 (K and V) x kv heads x head dim x dtype bytes.
+    pub fn bytes_per_token(&self) -> f64 {
+        2.0 * f64::from(self.num_layers)
+            * f64::from(self.num_kv_heads)
+            * f64::from(self.head_dim)
+            * f64::from(self.dtype_bytes)
+    }
+}
+
+/// KV-cache transfers from prefill to decode workers (disaggregated mode).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvTransferConfig {
+    /// Each prefill worker's sending link (GB/s, 1e9 bytes/s). Unset: transfers are instant.
+    pub bandwidth_gbps: Option<f64>,
+    /// Each decode worker's receiving link (GB/s); unset: `bandwidth_gbps`.
+    pub decode_bandwidth_gbps: Option<f64>,
+    /// Unset: `max_min` whenever a bandwidth is set.
+    pub link_model: Option<LinkModel>,
+    pub sizing: Option<TransferSizing>,
+    /// KV bytes of one token; or give `kv_shape`.
+    pub kv_bytes_per_token: Option<f64>,
+    pub kv_shape: Option<KvShape>,
+}
+
+impl KvTransferConfig {
+    pub fn sizing(&self) -> TransferSizing {
+        self.sizing.unwrap_or(TransferSizing::FullPrompt)
+    }
+
+    pub fn link_model(&self) -> LinkModel {
+        self.link_model.unwrap_or(LinkModel::MaxMin)
+    }
+
+    /// Bytes of one token's KV (0 when neither it nor a shape is given).
+    pub fn bytes_per_token(&self) -> f64 {
+        match (&self.kv_bytes_per_token, &self.kv_shape) {
+            (Some(b), _) => *b,
+            (None, Some(shape)) => shape.bytes_per_token(),
+            (None, None) => 0.0,
         }
     }
 }
@@ -154,6 +259,11 @@ pub struct SimConfig {
     pub cluster: ClusterConfig,
     pub engine: EngineConfig,
     pub timing: TimingConfig,
+    /// Disaggregated mode: the prefill role's own engine / timing.
+    pub prefill: RoleConfig,
+    /// Disaggregated mode: the decode role's own engine / timing.
+    pub decode: RoleConfig,
+    pub kv_transfer: KvTransferConfig,
     pub sla: SlaConfig,
     pub report: ReportConfig,
 }
@@ -194,27 +304,38 @@ impl SimConfig {
         serde_json::to_string(self).expect("configuration serialises")
     }
 
+    /// The engine and timing a role runs with (its own settings, else the shared ones).
+    pub fn role(&self, role: Role) -> (&EngineConfig, &TimingConfig) {
+        let own = match role {
+            Role::Aggregated => return (&self.engine, &self.timing),
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        };
+        (
+            own.engine.as_ref().unwrap_or(&self.engine),
+            own.timing.as_ref().unwrap_or(&self.timing),
+        )
+    }
+
     /// Check every value range; the error names the dotted field path and the value.
     pub fn validate(&self) -> Result<()> {
         let c = &self.cluster;
         at_least_one("cluster.num_workers", c.num_workers)?;
+        at_least_one("cluster.num_prefill_workers", c.num_prefill_workers)?;
+        at_least_one("cluster.num_decode_workers", c.num_decode_workers)?;
         at_least_one("cluster.gpus_per_worker", c.gpus_per_worker)?;
         positive("cluster.arrival_speedup_ratio", c.arrival_speedup_ratio)?;
-        let e = &self.engine;
-        at_least_one("engine.block_size", e.block_size)?;
-        at_least_one("engine.num_gpu_blocks", e.num_gpu_blocks)?;
-        at_least_one("engine.max_num_seqs", e.max_num_seqs)?;
-        at_least_one("engine.max_num_batched_tokens", e.max_num_batched_tokens)?;
-        match &self.timing {
-            TimingConfig::Polynomial(p) => {
-                positive("timing.speedup_ratio", p.speedup_ratio)?;
-                positive("timing.decode_speedup_ratio", p.decode_speedup_ratio)?;
+        validate_engine("engine", &self.engine)?;
+        validate_timing("timing", &self.timing)?;
+        for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+            if let Some(e) = &role.engine {
+                validate_engine(&format!("{name}.engine"), e)?;
             }
-            TimingConfig::Fixed(f) => {
-                positive("timing.prefill_ms", f.prefill_ms)?;
-                positive("timing.decode_ms", f.decode_ms)?;
+            if let Some(t) = &role.timing {
+                validate_timing(&format!("{name}.timing"), t)?;
             }
         }
+        self.validate_kv_transfer()?;
         for (field, value) in [
             ("sla.ttft_ms", self.sla.ttft_ms),
             ("sla.itl_ms", self.sla.itl_ms),
@@ -226,6 +347,85 @@ impl SimConfig {
         }
         positive("report.sample_interval_ms", self.report.sample_interval_ms)?;
         Ok(())
+    }
+
+    fn validate_kv_transfer(&self) -> Result<()> {
+        let k = &self.kv_transfer;
+        if let Some(b) = k.bandwidth_gbps {
+            positive("kv_transfer.bandwidth_gbps", b)?;
+        }
+        if let Some(b) = k.decode_bandwidth_gbps {
+            positive("kv_transfer.decode_bandwidth_gbps", b)?;
+            if k.bandwidth_gbps.is_none() {
+                return Err(SimError::config(
+                    "kv_transfer.decode_bandwidth_gbps",
+                    "needs kv_transfer.bandwidth_gbps (the prefill side) as well",
+                ));
+            }
+        }
+        if k.link_model.is_some() && k.bandwidth_gbps.is_none() {
+            return Err(SimError::config(
+                "kv_transfer.link_model",
+                "needs kv_transfer.bandwidth_gbps; without a bandwidth transfers are instant",
+            ));
+        }
+        if let Some(b) = k.kv_bytes_per_token {
+            positive("kv_transfer.kv_bytes_per_token", b)?;
+        }
+        if let Some(shape) = &k.kv_shape {
+            at_least_one("kv_transfer.kv_shape.num_layers", shape.num_layers)?;
+            at_least_one("kv_transfer.kv_shape.num_kv_heads", shape.num_kv_heads)?;
+            at_least_one("kv_transfer.kv_shape.head_dim", shape.head_dim)?;
+            at_least_one("kv_transfer.kv_shape.dtype_bytes", shape.dtype_bytes)?;
+        }
+        match (k.kv_bytes_per_token.is_some(), k.kv_shape.is_some()) {
+            (true, true) => Err(SimError::config(
+                "kv_transfer.kv_bytes_per_token",
+                "give either kv_bytes_per_token or kv_shape, not both",
+            )),
+            (false, false) if k.bandwidth_gbps.is_some() => Err(SimError::config(
+                "kv_transfer.kv_bytes_per_token",
+                "required with a bandwidth (or give kv_transfer.kv_shape)",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The part a worker plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Prefills and decodes its requests.
+    Aggregated,
+    /// Prefills, then hands the KV to a decode worker.
+    Prefill,
+    /// Decodes requests whose KV arrived from a prefill worker.
+    Decode,
+}
+
+fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
+    at_least_one(&format!("{section}.block_size"), e.block_size)?;
+    at_least_one(&format!("{section}.num_gpu_blocks"), e.num_gpu_blocks)?;
+    at_least_one(&format!("{section}.max_num_seqs"), e.max_num_seqs)?;
+    at_least_one(
+        &format!("{section}.max_num_batched_tokens"),
+        e.max_num_batched_tokens,
+    )
+}
+
+fn validate_timing(section: &str, t: &TimingConfig) -> Result<()> {
+    match t {
+        TimingConfig::Polynomial(p) => {
+            positive(&format!("{section}.speedup_ratio"), p.speedup_ratio)?;
+            positive(
+                &format!("{section}.decode_speedup_ratio"),
+                p.decode_speedup_ratio,
+            )
+        }
+        TimingConfig::Fixed(f) => {
+            positive(&format!("{section}.prefill_ms"), f.prefill_ms)?;
+            positive(&format!("{section}.decode_ms"), f.decode_ms)
+        }
     }
 }
 

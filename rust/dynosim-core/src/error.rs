@@ -18,6 +18,9 @@ pub enum SimError {
     /// The workload arrays disagree in shape.
     #[error("workload: {0}")]
     WorkloadShape(String),
+    /// The KV-transfer link model failed (an invariant of the allocator broke).
+    #[error("KV transfer links: {0}")]
+    Links(#[from] crate::links::LinkError),
     /// An internal invariant broke (a bug): the replay stops rather than hang or report nonsense.
     #[error("internal simulation error: {0}")]
     Internal(String),

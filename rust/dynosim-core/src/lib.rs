@@ -7,12 +7,14 @@ pub mod config;
 pub mod error;
 pub mod event_queue;
 pub mod kv_cache;
+pub mod links;
 pub mod replay;
 pub mod report;
 pub mod router;
 pub mod scheduler;
 pub mod stats;
 pub mod timing;
+pub mod transfer;
 pub mod workload;
 
 pub use config::SimConfig;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::SimConfig;
+use crate::config::{ServingMode, SimConfig};
 use crate::stats::{Distribution, WeightedSamples};
 
 /// How a request ended.
@@ -58,8 +58,14 @@ pub struct Records {
     pub output_length: Vec<u32>,
     /// Prompt tokens found in the KV cache at first admission.
     pub reused_tokens: Vec<u32>,
-    /// Worker index, -1 when none.
+    /// Worker index (the prefill worker in disaggregated mode), -1 when none.
     pub worker: Vec<i32>,
+    /// Decode worker index in disaggregated mode, -1 otherwise.
+    pub decode_worker: Vec<i32>,
+    /// KV bytes moved from the prefill to the decode worker (0 when aggregated).
+    pub transfer_bytes: Vec<f64>,
+    pub transfer_start_ms: Vec<f64>,
+    pub transfer_end_ms: Vec<f64>,
     pub status: Vec<u8>,
     pub reject_reason: Vec<u8>,
     pub preemptions: Vec<u32>,
@@ -82,6 +88,10 @@ impl Records {
             output_length: output_length.to_vec(),
             reused_tokens: vec![0; n],
             worker: vec![-1; n],
+            decode_worker: vec![-1; n],
+            transfer_bytes: vec![0.0; n],
+            transfer_start_ms: vec![f64::NAN; n],
+            transfer_end_ms: vec![f64::NAN; n],
             status: vec![Status::Pending as u8; n],
             reject_reason: vec![RejectReason::None as u8; n],
             preemptions: vec![0; n],
@@ -117,13 +127,17 @@ pub struct TimeSeries {
     pub num_workers: usize,
 }
 
-/// Counters the replay loop keeps.
-#[derive(Debug, Clone, Copy, Default)]
+/// Counters and cluster-wide facts the replay loop hands to the report.
+#[derive(Debug, Clone, Default)]
 pub struct Counters {
     pub passes: u64,
     pub preemptions: u64,
     pub evictions: u64,
     pub events: u64,
+    /// Max-min rate solves of the KV-transfer links.
+    pub rate_recomputations: u64,
+    /// Used fraction of each KV-transfer link, prefill send links first.
+    pub link_utilization: Vec<f64>,
 }
 
 /// Per-request metrics derived from the records, one entry per request (NaN where undefined).
@@ -186,6 +200,15 @@ pub struct Summary {
     /// completed requests.
     pub reused_tokens: u64,
     pub prefix_reuse_ratio: f64,
+    /// Disaggregated mode: KV transfers, their bytes and durations (ms).
+    pub num_transfers: u64,
+    pub transfer_bytes: f64,
+    pub transfer_ms: Distribution,
+    /// Used fraction of each KV-transfer link over the replay: prefill send links, then decode
+    /// receive links (empty without a bandwidth).
+    pub link_utilization: Vec<f64>,
+    pub rate_recomputations: u64,
+    /// All workers (prefill plus decode in disaggregated mode).
     pub num_workers: u32,
     pub num_gpus: u32,
     pub gpu_hours: f64,
@@ -251,8 +274,15 @@ impl Report {
                     && meets(sla.e2e_ms, derived.e2e_ms[i])
             })
             .count() as u64;
-        let num_workers = config.cluster.num_workers;
-        let num_gpus = num_workers * config.cluster.gpus_per_worker;
+        let cluster = &config.cluster;
+        let num_workers = match cluster.mode {
+            ServingMode::Aggregated => cluster.num_workers,
+            ServingMode::Disaggregated => cluster.num_prefill_workers + cluster.num_decode_workers,
+        };
+        let num_gpus = num_workers * cluster.gpus_per_worker;
+        let transferred: Vec<usize> = (0..n)
+            .filter(|&i| !records.transfer_end_ms[i].is_nan())
+            .collect();
         let completed = done.len() as u64;
         let summary = Summary {
             num_requests: n as u64,
@@ -273,6 +303,15 @@ impl Report {
             tpot_ms: pick(&derived.tpot_ms),
             itl_ms: records.itl.distribution(),
             e2e_ms: pick(&derived.e2e_ms),
+            num_transfers: transferred.len() as u64,
+            transfer_bytes: transferred.iter().map(|&i| records.transfer_bytes[i]).sum(),
+            transfer_ms: Distribution::of(
+                transferred
+                    .iter()
+                    .map(|&i| records.transfer_end_ms[i] - records.transfer_start_ms[i]),
+            ),
+            link_utilization: counters.link_utilization,
+            rate_recomputations: counters.rate_recomputations,
             reused_tokens,
             prefix_reuse_ratio: if total_input_tokens > 0 {
                 reused_tokens as f64 / total_input_tokens as f64

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::config::{EngineConfig, PreemptionMode};
+use crate::config::{EngineConfig, PreemptionMode, Role};
 use crate::kv_cache::KvCache;
 use crate::report::{Records, RejectReason};
 use crate::timing::{PassShape, StepTimer};
@@ -47,11 +47,25 @@ impl Seq {
     fn held(&self) -> u32 {
         self.slots.len() as u32 + self.private
     }
+
+    /// Give the cache identities of the prompt blocks that are full now, so later requests can
+    /// share them; a block another request cached first stays private.
+    fn name_full_blocks(&mut self, cache: &mut KvCache, block_size: u32) {
+        let full = (self.computed / block_size).min(self.hashes.len() as u32);
+        while self.named < full {
+            if let Some(slot) = cache.register(self.hashes[self.named as usize]) {
+                self.slots.push(slot);
+                self.private -= 1;
+            }
+            self.named += 1;
+        }
+    }
 }
 
 /// The engine of one worker.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
+    role: Role,
     config: EngineConfig,
     cache: KvCache,
     timer: StepTimer,
@@ -60,14 +74,21 @@ pub struct Scheduler {
     waiting: VecDeque<u32>,
     running: Vec<u32>,
     in_pass: Vec<u32>,
+    /// Prefill role: requests whose prompt is done, holding their KV for the transfer.
+    handoffs: Vec<(u32, u32)>,
+    /// Prefill role: handed-off requests whose blocks are not released yet.
+    held_for_transfer: u32,
+    /// Decode role: requests holding reserved blocks while their KV arrives.
+    receiving: u32,
     busy: bool,
     passes: u64,
     preemptions: u64,
 }
 
 impl Scheduler {
-    pub fn new(config: EngineConfig, timer: StepTimer) -> Self {
+    pub fn new(role: Role, config: EngineConfig, timer: StepTimer) -> Self {
         Scheduler {
+            role,
             cache: KvCache::new(config.num_gpu_blocks),
             config,
             timer,
@@ -76,6 +97,9 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             in_pass: Vec::new(),
+            handoffs: Vec::new(),
+            held_for_transfer: 0,
+            receiving: 0,
             busy: false,
             passes: 0,
             preemptions: 0,
@@ -96,21 +120,24 @@ impl Scheduler {
         }
     }
 
-    /// Why request `i` can never be served by this worker, if it cannot.
+    /// Why a request of `prompt` and `output` tokens can never be served by this worker, if it
+    /// cannot: its prompt plus one token, or (unless it only prefills here) everything it must
+    /// hold at its last token, exceeds the whole cache.
     pub fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
         let capacity = u64::from(self.config.num_gpu_blocks);
         let prompt = u64::from(prompt);
         if self.blocks_for(prompt + 1) > capacity {
             Some(RejectReason::PromptExceedsCache)
-        } else if self.blocks_for(prompt + u64::from(output) - 1) > capacity {
+        } else if self.role != Role::Prefill
+            && self.blocks_for(prompt + u64::from(output) - 1) > capacity
+        {
             Some(RejectReason::OutputExceedsCache)
         } else {
             None
         }
     }
 
-    /// Queue request `i` (it has passed `never_fits`).
-    pub fn enqueue(&mut self, workload: &Workload, i: usize) {
+    fn new_seq(&mut self, workload: &Workload, i: usize) -> u32 {
         let id = match self.spare.pop() {
             Some(id) => id,
             None => {
@@ -131,7 +158,87 @@ impl Scheduler {
         seq.finished = false;
         seq.last_token_ms = f64::NAN;
         workload.block_hashes(i, self.config.block_size, &mut seq.hashes);
+        id
+    }
+
+    fn free_seq(&mut self, id: u32) {
+        let seq = &mut self.seqs[id as usize];
+        self.cache.release(&seq.slots, seq.private);
+        seq.slots.clear();
+        seq.private = 0;
+        self.spare.push(id);
+    }
+
+    /// Queue request `i` (it has passed `never_fits`).
+    pub fn enqueue(&mut self, workload: &Workload, i: usize) {
+        let id = self.new_seq(workload, i);
         self.waiting.push_back(id);
+    }
+
+    /// Prefill role: the requests whose prompt finished since the last call, as
+    /// (request, handle); each holds its KV until `release_handoff(handle)`.
+    pub fn take_handoffs(&mut self) -> std::vec::Drain<'_, (u32, u32)> {
+        self.handoffs.drain(..)
+    }
+
+    /// Prefill role: the transfer of a handed-off request is done; free its blocks (they stay
+    /// cached for later prompts with the same prefix).
+    pub fn release_handoff(&mut self, handle: u32) {
+        self.held_for_transfer -= 1;
+        self.free_seq(handle);
+    }
+
+    /// Whether blocks are tied to KV transfers (outgoing on a prefill worker, incoming on a
+    /// decode worker); they come free, or start running, when those transfers end.
+    pub fn awaits_transfers(&self) -> bool {
+        self.held_for_transfer > 0 || self.receiving > 0
+    }
+
+    /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker.
+    /// Returns (handle, prompt tokens this worker already caches), or `None` when there is no
+    /// room yet (no sequence slot or too few free blocks).
+    pub fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
+        if self.running.len() + self.receiving as usize >= self.config.max_num_seqs as usize {
+            return None;
+        }
+        let id = self.new_seq(workload, i);
+        let seq = &self.seqs[id as usize];
+        let hit = self.cache.lookup(&seq.hashes);
+        let need = self.new_blocks(seq.prompt, hit.blocks);
+        if self.cache.available() < hit.inactive + need {
+            self.spare.push(id);
+            return None;
+        }
+        let seq = &mut self.seqs[id as usize];
+        for k in 0..hit.blocks as usize {
+            seq.slots.push(self.cache.acquire(seq.hashes[k]));
+        }
+        seq.named = hit.blocks;
+        self.cache.allocate(need);
+        seq.private = need;
+        self.receiving += 1;
+        Some((id, hit.blocks * self.config.block_size))
+    }
+
+    /// Decode role: the KV of reserved request `handle` has arrived at `now`; its first token
+    /// counts from now and it joins the running batch (or finishes, if it wanted one token).
+    pub fn activate_remote(&mut self, handle: u32, now: f64, records: &mut Records) {
+        self.receiving -= 1;
+        let bs = self.config.block_size;
+        let seq = &mut self.seqs[handle as usize];
+        seq.computed = seq.prompt;
+        seq.prefilling = false;
+        seq.generated = 1;
+        seq.last_token_ms = now;
+        seq.name_full_blocks(&mut self.cache, bs);
+        let r = seq.request as usize;
+        records.first_token_ms[r] = now;
+        if seq.output == 1 {
+            records.complete(r, now);
+            self.free_seq(handle);
+        } else {
+            self.running.push(handle);
+        }
     }
 
     pub fn is_busy(&self) -> bool {
@@ -265,14 +372,7 @@ impl Scheduler {
         seq.pass_tokens = n;
         seq.computed += n;
         seq.in_pass = true;
-        let full = (seq.computed / bs).min(seq.hashes.len() as u32);
-        while seq.named < full {
-            if let Some(slot) = self.cache.register(seq.hashes[seq.named as usize]) {
-                seq.slots.push(slot);
-                seq.private -= 1;
-            }
-            seq.named += 1;
-        }
+        seq.name_full_blocks(&mut self.cache, bs);
         self.in_pass.push(id);
     }
 
@@ -298,10 +398,11 @@ impl Scheduler {
     }
 
     /// End the pass at `now`: every request whose KV caught up emits a token; finished ones
-    /// release their blocks.
+    /// release their blocks. On a prefill worker a request leaves once its prompt is done,
+    /// keeping its KV for the transfer (see `take_handoffs`).
     pub fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
-        let mut any_finished = false;
+        let mut any_left = false;
         for &id in &self.in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
@@ -311,6 +412,14 @@ impl Scheduler {
             seq.prefilling = false;
             seq.generated += 1;
             let r = seq.request as usize;
+            if self.role == Role::Prefill {
+                // The first token counts once the KV reaches the decode worker.
+                self.handoffs.push((seq.request, id));
+                self.held_for_transfer += 1;
+                seq.finished = true;
+                any_left = true;
+                continue;
+            }
             match seq.generated {
                 1 => records.first_token_ms[r] = now,
                 g => {
@@ -327,20 +436,14 @@ impl Scheduler {
                 seq.slots.clear();
                 seq.private = 0;
                 seq.finished = true;
-                any_finished = true;
+                self.spare.push(id);
+                any_left = true;
             }
         }
         self.in_pass.clear();
-        if any_finished {
+        if any_left {
             let seqs = &self.seqs;
-            let spare = &mut self.spare;
-            self.running.retain(|&id| {
-                let done = seqs[id as usize].finished;
-                if done {
-                    spare.push(id);
-                }
-                !done
-            });
+            self.running.retain(|&id| !seqs[id as usize].finished);
         }
     }
 }

@@ -5,9 +5,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::{SimConfig, SimError, Workload};
-use numpy::{IntoPyArray, PyArrayMethods, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -30,7 +31,7 @@ fn to_py_err(py: Python<'_>, err: SimError) -> PyErr {
     let class = match err {
         SimError::Config { .. } | SimError::ConfigFormat(_) => "ConfigError",
         SimError::Workload { .. } | SimError::WorkloadShape(_) => "WorkloadError",
-        SimError::Internal(_) => "SimulationError",
+        SimError::Internal(_) | SimError::Links(_) => "SimulationError",
     };
     raise(py, class, err.to_string())
 }
@@ -75,6 +76,21 @@ fn normalize_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> 
 #[pyfunction]
 fn reject_reason_names() -> Vec<&'static str> {
     RejectReason::ALL.iter().map(|r| r.name()).collect()
+}
+
+/// Max-min fair rates of `flows` (each a list of link ids) over links of the given
+/// `capacities`, optionally capped per flow; rates come in the capacities' unit.
+#[pyfunction]
+#[pyo3(signature = (flows, capacities, caps=None))]
+fn max_min_rates<'py>(
+    py: Python<'py>,
+    flows: Vec<Vec<usize>>,
+    capacities: Vec<f64>,
+    caps: Option<Vec<f64>>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    links::max_min_rates(&flows, &capacities, caps.as_deref())
+        .map(|rates| rates.into_pyarray(py))
+        .map_err(|e| raise(py, "ConfigError", e.to_string()))
 }
 
 /// Replay a columnar workload; see `dynosim.replay` for the public API.
@@ -141,6 +157,10 @@ fn replay<'py>(
     requests.set_item("output_length", r.output_length.into_pyarray(py))?;
     requests.set_item("reused_tokens", r.reused_tokens.into_pyarray(py))?;
     requests.set_item("worker", r.worker.into_pyarray(py))?;
+    requests.set_item("decode_worker", r.decode_worker.into_pyarray(py))?;
+    requests.set_item("transfer_bytes", r.transfer_bytes.into_pyarray(py))?;
+    requests.set_item("transfer_start_ms", r.transfer_start_ms.into_pyarray(py))?;
+    requests.set_item("transfer_end_ms", r.transfer_end_ms.into_pyarray(py))?;
     requests.set_item("status", r.status.into_pyarray(py))?;
     requests.set_item("reject_reason", r.reject_reason.into_pyarray(py))?;
     requests.set_item("preemptions", r.preemptions.into_pyarray(py))?;
@@ -169,5 +189,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(normalize_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(reject_reason_names, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_function(wrap_pyfunction!(max_min_rates, m)?)?;
     Ok(())
 }

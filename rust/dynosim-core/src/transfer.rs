@@ -1,0 +1,145 @@
+//! How KV transfers from prefill to decode workers progress in time (SPEC section 5): instantly
+//! (no bandwidth set), each at full line rate (Dynamo's model), or sharing links max-min fairly.
+
+use crate::config::{KvTransferConfig, LinkModel};
+use crate::error::Result;
+use crate::event_queue::EventQueue;
+use crate::links::{FlowId, LinkNetwork};
+
+/// GB/s (1e9 bytes/s) to the simulator's bytes per ms.
+pub fn gbps_to_bytes_per_ms(gbps: f64) -> f64 {
+    gbps * 1e6
+}
+
+enum Kind {
+    /// Every transfer finishes `bytes / rate_bytes_per_ms` after it starts (0 ms: instant).
+    Timed {
+        rate_bytes_per_ms: Option<f64>,
+        finishes: EventQueue<u64>,
+        next_id: u64,
+    },
+    /// Link `p` is prefill worker p's send link, link `P + d` decode worker d's receive link.
+    Shared {
+        net: Box<LinkNetwork>,
+        done: Vec<FlowId>,
+    },
+}
+
+/// All KV transfers in flight. Transfer ids are dense from 0 in start order.
+pub struct Transport {
+    kind: Kind,
+    num_prefill: usize,
+    /// Bytes per ms of a send link and of a receive link (None: no bandwidth).
+    capacity: Option<(f64, f64)>,
+    /// Bytes started per link, prefill send links first (line-rate and instant bookkeeping).
+    started_bytes: Vec<f64>,
+}
+
+impl Transport {
+    pub fn new(config: &KvTransferConfig, num_prefill: usize, num_decode: usize) -> Result<Self> {
+        let capacity = config.bandwidth_gbps.map(|send| {
+            let recv = config.decode_bandwidth_gbps.unwrap_or(send);
+            (gbps_to_bytes_per_ms(send), gbps_to_bytes_per_ms(recv))
+        });
+        let kind = match (capacity, config.link_model()) {
+            (Some((send, recv)), LinkModel::MaxMin) => {
+                let mut caps = vec![send; num_prefill];
+                caps.extend(std::iter::repeat_n(recv, num_decode));
+                Kind::Shared {
+                    net: Box::new(LinkNetwork::new(caps)?),
+                    done: Vec::new(),
+                }
+            }
+            (capacity, _) => Kind::Timed {
+                // A lone transfer is limited by the slower of its two ends.
+                rate_bytes_per_ms: capacity.map(|(send, recv)| send.min(recv)),
+                finishes: EventQueue::default(),
+                next_id: 0,
+            },
+        };
+        Ok(Transport {
+            kind,
+            num_prefill,
+            capacity,
+            started_bytes: vec![0.0; num_prefill + num_decode],
+        })
+    }
+
+    /// Start moving `bytes` from prefill worker `src` to decode worker `dst` at `now` (ms).
+    pub fn start(&mut self, now: f64, src: usize, dst: usize, bytes: f64) -> Result<u64> {
+        self.started_bytes[src] += bytes;
+        self.started_bytes[self.num_prefill + dst] += bytes;
+        match &mut self.kind {
+            Kind::Timed {
+                rate_bytes_per_ms,
+                finishes,
+                next_id,
+            } => {
+                let id = *next_id;
+                *next_id += 1;
+                let ms = rate_bytes_per_ms.map_or(0.0, |rate| bytes / rate);
+                finishes.push(now + ms, id);
+                Ok(id)
+            }
+            Kind::Shared { net, .. } => {
+                let links = [src, self.num_prefill + dst];
+                Ok(net.start_flow(now, &links, bytes, None)?.0)
+            }
+        }
+    }
+
+    /// When the next transfer finishes (ms), if any is in flight.
+    pub fn next_finish_ms(&mut self) -> Result<Option<f64>> {
+        match &mut self.kind {
+            Kind::Timed { finishes, .. } => Ok(finishes.peek_time()),
+            Kind::Shared { net, .. } => Ok(net.next_finish_ms()?),
+        }
+    }
+
+    /// Append the ids of every transfer finished by `now`, in (finish time, id) order.
+    pub fn pop_finished(&mut self, now: f64, out: &mut Vec<u64>) -> Result<()> {
+        match &mut self.kind {
+            Kind::Timed { finishes, .. } => {
+                while let Some(id) = finishes.pop_due(now) {
+                    out.push(id);
+                }
+                Ok(())
+            }
+            Kind::Shared { net, done } => {
+                net.pop_finished_into(now, done)?;
+                out.extend(done.iter().map(|f| f.0));
+                Ok(())
+            }
+        }
+    }
+
+    /// Max-min rate solves run so far (0 for the other models).
+    pub fn recomputations(&self) -> u64 {
+        match &self.kind {
+            Kind::Timed { .. } => 0,
+            Kind::Shared { net, .. } => net.recomputations(),
+        }
+    }
+
+    /// Fraction of each link's capacity used over `duration_ms`, prefill send links first.
+    /// Line rate ignores contention, so its links can show more than 1 (oversubscribed).
+    pub fn utilization(&self, duration_ms: f64) -> Vec<f64> {
+        let Some((send, recv)) = self.capacity else {
+            return Vec::new();
+        };
+        (0..self.started_bytes.len())
+            .map(|link| {
+                let bytes = match &self.kind {
+                    Kind::Shared { net, .. } => net.link_bytes(link),
+                    Kind::Timed { .. } => self.started_bytes[link],
+                };
+                let cap = if link < self.num_prefill { send } else { recv };
+                if duration_ms > 0.0 {
+                    bytes / (cap * duration_ms)
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+}

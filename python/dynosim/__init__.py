@@ -20,10 +20,30 @@ from dynosim.config import (
     RoleConfig,
     SimConfig,
     SlaConfig,
+    TableTiming,
     load_config,
+    load_timing_table,
 )
-from dynosim.errors import ConfigError, DynosimError, SimulationError, WorkloadError
+from dynosim.deploy import (
+    Candidate,
+    LoweredWorkload,
+    RenderedManifest,
+    RenderOptions,
+    WorkerRole,
+    load_candidate,
+    lower_workload,
+    render_dgd,
+)
+from dynosim.errors import (
+    ConfigError,
+    DynosimError,
+    ManifestError,
+    MissingExtraError,
+    SimulationError,
+    WorkloadError,
+)
 from dynosim.links import max_min_rates
+from dynosim.manifest import Problem, validate_manifest
 from dynosim.replay import replay
 from dynosim.report import REJECT_REASONS, Report
 from dynosim.samples import sample_trace_path
@@ -36,6 +56,7 @@ except PackageNotFoundError:  # running from a source tree without installing
 
 __all__ = [
     "REJECT_REASONS",
+    "Candidate",
     "ClusterConfig",
     "ConfigError",
     "DynosimError",
@@ -43,7 +64,13 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "LoweredWorkload",
+    "ManifestError",
+    "MissingExtraError",
     "PolynomialTiming",
+    "Problem",
+    "RenderOptions",
+    "RenderedManifest",
     "Report",
     "ReportConfig",
     "RoleConfig",
@@ -51,12 +78,19 @@ __all__ = [
     "SimulationError",
     "SlaConfig",
     "SyntheticWorkload",
+    "TableTiming",
     "TraceColumns",
     "TraceWorkload",
+    "WorkerRole",
     "WorkloadError",
+    "load_candidate",
     "load_config",
+    "load_timing_table",
     "load_trace",
+    "lower_workload",
     "max_min_rates",
+    "render_dgd",
     "replay",
     "sample_trace_path",
+    "validate_manifest",
 ]

@@ -1,4 +1,5 @@
-"""The ``dynosim`` command line: ``dynosim replay`` and ``dynosim schema``."""
+"""The ``dynosim`` command line: ``dynosim replay``, ``dynosim schema``, and ``dynosim render`` /
+``dynosim validate`` for DGD manifests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim.config import SimConfig, config_json_schema, load_config
+from dynosim.config import SimConfig, config_json_schema, load_config, load_timing_table
 from dynosim.errors import DynosimError
 from dynosim.replay import replay
 from dynosim.report import Report
@@ -40,10 +41,26 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--num-gpu-blocks", type=int, help="KV blocks per worker")
     r.add_argument("--max-num-seqs", type=int, help="most running requests per worker")
     r.add_argument("--max-num-batched-tokens", type=int, help="token budget per pass")
-    r.add_argument("--timing", choices=["polynomial", "fixed"], help="step-time model")
+    r.add_argument(
+        "--timing", choices=["polynomial", "fixed", "table", "aic"], help="step-time model"
+    )
+    r.add_argument(
+        "--timing-table", type=Path, metavar="FILE.npz", help="table timing: the grids (npz)"
+    )
     r.add_argument("--prefill-ms", type=float, help="fixed timing: prefill pass cost (ms)")
     r.add_argument("--decode-ms", type=float, help="fixed timing: decode pass cost (ms)")
     r.add_argument("--arrival-speedup", type=float, help="divide every inter-arrival gap by R")
+    m = r.add_argument_group(
+        "model and GPUs (AIConfigurator names; pip install 'dynosim[aic]')",
+        "With --model and --system, num_gpu_blocks is estimated from the GPU memory, the "
+        "weights and the KV bytes per token unless --num-gpu-blocks is given.",
+    )
+    m.add_argument("--model", help="AIC model (e.g. Qwen/Qwen3-32B) or a Hugging Face config.json")
+    m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
+    m.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], help="--timing aic: engine")
+    m.add_argument("--backend-version", help="--timing aic: version (default: AIC's current)")
+    m.add_argument("--tp", type=int, help="tensor-parallel GPUs per rank")
+    m.add_argument("--dp", type=int, help="data-parallel ranks per worker")
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
     d.add_argument("--prefill-workers", type=int, help="prefill workers")
     d.add_argument("--decode-workers", type=int, help="decode workers")
@@ -59,7 +76,38 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     sub.add_parser("schema", help="print the JSON schema of the configuration file")
+    _add_manifest_parsers(sub)
     return p
+
+
+def _add_manifest_parsers(sub: Any) -> None:
+    """The ``render`` and ``validate`` subcommands (DGD manifests)."""
+    g = sub.add_parser(
+        "render",
+        help="render a candidate as a Kubernetes DGD manifest with AIConfigurator",
+        description="Render a simulated candidate as a DynamoGraphDeployment with AIConfigurator "
+        "(pip install 'dynosim[aic]'), write AIC's artifacts to DIR and validate the manifest "
+        "written. The workload is a trace, or a fixed --isl and --osl.",
+    )
+    g.add_argument("--candidate", type=Path, required=True, help="candidate YAML or JSON file")
+    g.add_argument("--trace", type=Path, help="trace file the candidate serves (.jsonl or .csv)")
+    g.add_argument("--isl", type=int, help="synthetic workload: prompt tokens per request")
+    g.add_argument("--osl", type=int, help="synthetic workload: output tokens per request")
+    g.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+    g.add_argument("--dynamo-version", help="Dynamo release to deploy (default: AIC's default)")
+    g.add_argument("--image", help="worker runtime image (default: the release's)")
+    g.add_argument("--name-prefix", help="DGD name prefix (the name is PREFIX-agg|disagg)")
+    g.add_argument("--namespace", help="Kubernetes namespace (default: none set)")
+    g.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the system's)")
+    v = sub.add_parser(
+        "validate",
+        help="check a DGD manifest (and that it deploys a candidate)",
+        description="Check a DynamoGraphDeployment manifest; with --candidate, also that it "
+        "deploys that candidate. Prints one line per problem, naming its path, and exits 1 "
+        "when there is any.",
+    )
+    v.add_argument("manifest", type=Path, help="manifest file (multi-document YAML)")
+    v.add_argument("--candidate", type=Path, help="candidate YAML or JSON file")
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -78,15 +126,53 @@ def _config(args: argparse.Namespace) -> SimConfig:
         ("kv_bytes_per_token", "kv_transfer", "kv_bytes_per_token"),
         ("link_model", "kv_transfer", "link_model"),
         ("transfer_sizing", "kv_transfer", "sizing"),
+        ("tp", "engine", "tensor_parallel_size"),
+        ("dp", "engine", "data_parallel_size"),
     ):
         value = getattr(args, flag)
         if value is not None:
             data[section][key] = value
     if args.prefill_workers is not None or args.decode_workers is not None:
         data["cluster"]["mode"] = "disaggregated"
-    timing = args.timing or data["timing"]["model"]
-    if timing == "fixed":
-        fixed = {k: v for k, v in data["timing"].items() if k in ("prefill_ms", "decode_ms")}
+    data["timing"] = _timing(args, data["timing"], data["engine"]["tensor_parallel_size"])
+    if args.num_gpu_blocks is None and args.model is not None and args.system is not None:
+        from dynosim.capacity import estimate_kv_capacity
+
+        data["engine"]["num_gpu_blocks"] = estimate_kv_capacity(
+            args.model,
+            args.system,
+            tp=data["engine"]["tensor_parallel_size"],
+            block_size=data["engine"]["block_size"],
+            backend=args.backend or "trtllm",
+        ).num_gpu_blocks
+    return SimConfig.model_validate(data)
+
+
+class _UsageError(DynosimError, ValueError):
+    pass
+
+
+def _timing(args: argparse.Namespace, current: dict[str, Any], tp: int) -> dict[str, Any]:
+    """The timing section after the --timing flags, checking they belong together."""
+    model = args.timing or current["model"]
+    if model != "aic" and (args.backend is not None or args.backend_version is not None):
+        raise _UsageError("--backend and --backend-version apply to --timing aic only")
+    if model == "aic":
+        spec = dict(current) if current["model"] == "aic" else {"model": "aic"}
+        flags = {"model": "model_name", "system": "system", "backend": "backend"}
+        for flag, key in {**flags, "backend_version": "backend_version"}.items():
+            if getattr(args, flag) is not None:
+                spec[key] = getattr(args, flag)
+        missing = [f"--{f}" for f, key in flags.items() if f != "backend" and key not in spec]
+        if missing:
+            raise _UsageError(f"--timing aic needs {' and '.join(missing)}")
+        return {**spec, "tp": tp}  # the tables are for the engine's TP
+    if model != "fixed" and (args.prefill_ms is not None or args.decode_ms is not None):
+        raise _UsageError("--prefill-ms and --decode-ms apply to --timing fixed only")
+    if model != "table" and args.timing_table is not None:
+        raise _UsageError("--timing-table applies to --timing table only")
+    if model == "fixed":
+        fixed = {k: v for k, v in current.items() if k in ("prefill_ms", "decode_ms")}
         for key in ("prefill_ms", "decode_ms"):
             if getattr(args, key) is not None:
                 fixed[key] = getattr(args, key)
@@ -95,16 +181,13 @@ def _config(args: argparse.Namespace) -> SimConfig:
         ]
         if missing:
             raise _UsageError(f"--timing fixed needs {' and '.join(missing)}")
-        data["timing"] = {"model": "fixed", **fixed}
-    elif args.prefill_ms is not None or args.decode_ms is not None:
-        raise _UsageError("--prefill-ms and --decode-ms apply to --timing fixed only")
-    elif timing != data["timing"]["model"]:
-        data["timing"] = {"model": timing}
-    return SimConfig.model_validate(data)
-
-
-class _UsageError(DynosimError, ValueError):
-    pass
+        return {"model": "fixed", **fixed}
+    if model == "table":
+        if args.timing_table is not None:
+            return load_timing_table(args.timing_table).model_dump()
+        if current["model"] != "table":
+            raise _UsageError("--timing table needs --timing-table FILE.npz")
+    return current if model == current["model"] else {"model": model}
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -184,6 +267,66 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _render(args: argparse.Namespace) -> int:
+    from dynosim.deploy import RenderOptions, load_candidate, render_dgd
+    from dynosim.manifest import validate_manifest
+    from dynosim.workload import SyntheticWorkload
+
+    lengths = [f for f, v in (("--isl", args.isl), ("--osl", args.osl)) if v is not None]
+    if args.trace is not None:
+        if lengths:  # the workload rule, in flag names
+            raise _UsageError(
+                f"a trace workload has no fixed request length; remove {', '.join(lengths)}"
+            )
+        workload: Any = load_trace(args.trace)
+    elif len(lengths) < 2:
+        raise _UsageError("render needs a workload: --trace FILE, or both --isl N and --osl N")
+    else:
+        # Rendering reads only isl and osl of a synthetic workload; count and rate are moot.
+        workload = SyntheticWorkload(isl=args.isl, osl=args.osl, count=1, rate=1.0)
+    flags = {
+        "dynamo_version": args.dynamo_version,
+        "image": args.image,
+        "name_prefix": args.name_prefix,
+        "namespace": args.namespace,
+        "gpus_per_node": args.gpus_per_node,
+    }
+    options = RenderOptions(**{k: v for k, v in flags.items() if v is not None})
+    rendered = render_dgd(load_candidate(args.candidate), workload, options)
+    for warning in rendered.aic_warnings:
+        print(f"dynosim: AIC {warning}", file=sys.stderr)
+    written = rendered.write(args.output)
+    manifest = args.output / "k8s_deploy.yaml"
+    # Validate the file as written, against the candidate with the context length it carries.
+    problems = validate_manifest(manifest, rendered.deployed)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"dynosim: {manifest}: {len(problems)} problem(s)", file=sys.stderr)
+        return EXIT_FAILED
+    print(
+        f"wrote {len(written)} files to {args.output}; {manifest.name} is valid and deploys the "
+        f"{rendered.candidate.mode} {rendered.candidate.backend} candidate "
+        f"(context length {rendered.lowered.context_length}, Dynamo {rendered.dynamo_version})"
+    )
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from dynosim.deploy import load_candidate
+    from dynosim.manifest import validate_manifest
+
+    candidate = load_candidate(args.candidate) if args.candidate is not None else None
+    problems = validate_manifest(args.manifest, candidate)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"dynosim: {args.manifest}: {len(problems)} problem(s)", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.manifest}: no problems")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dynosim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -191,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             print(json.dumps(config_json_schema(), indent=2, sort_keys=True))
             return 0
+        if args.command == "render":
+            return _render(args)
+        if args.command == "validate":
+            return _validate(args)
         return _replay(args)
     except ValueError as e:  # bad trace, config or flags (WorkloadError, ConfigError, ...)
         print(f"dynosim: error: {e}", file=sys.stderr)

@@ -11,8 +11,16 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dynosim import _core
 from dynosim.errors import ConfigError
@@ -85,15 +93,24 @@ class ClusterConfig(_Settings):
     num_decode_workers: int = Field(
         _default("cluster", "num_decode_workers"), description="Decode workers (disaggregated)."
     )
-    gpus_per_worker: int = Field(
-        _default("cluster", "gpus_per_worker"), description="GPUs one worker occupies."
-    )
     arrival_speedup_ratio: float = Field(
         _default("cluster", "arrival_speedup_ratio"),
         description="Divides every inter-arrival gap of the trace.",
     )
-    router: Literal["round_robin"] = Field(
-        _default("cluster", "router"), description="How requests are spread over workers."
+    router: Literal["round_robin", "random", "kv_aware"] = Field(
+        _default("cluster", "router"),
+        description="How requests are spread over workers: in turn, at random (seeded), or "
+        "kv_aware: lowest overlap_weight x prompt blocks to prefill + active blocks.",
+    )
+    router_seed: int = Field(_default("cluster", "router_seed"), description="Random router seed.")
+    overlap_weight: float = Field(
+        _default("cluster", "overlap_weight"),
+        description="kv_aware: weight of blocks to prefill against active blocks.",
+    )
+    concurrency: int | None = Field(
+        _default("cluster", "concurrency"),
+        description="Closed loop: at most this many sessions in flight (a request without a "
+        "session is a session of one turn); trace timestamps of session starts are ignored.",
     )
 
 
@@ -118,6 +135,15 @@ class EngineConfig(_Settings):
         _default("engine", "preemption_mode"),
         description="Which running request a KV shortage preempts: newest (lifo) or oldest.",
     )
+    tensor_parallel_size: int = Field(
+        _default("engine", "tensor_parallel_size"),
+        description="GPUs one rank spans (TP); part of the timing key and the GPU count.",
+    )
+    data_parallel_size: int = Field(
+        _default("engine", "data_parallel_size"),
+        description="Ranks per worker, each with its own scheduler and num_gpu_blocks; a "
+        "grouped pass ends when the slowest rank ends. GPUs per worker = TP x DP.",
+    )
 
 
 _POLY = _DEFAULTS["timing"]
@@ -141,7 +167,78 @@ class FixedTiming(_Settings):
     decode_ms: float = Field(description="Cost of a pass that decodes anything (ms).")
 
 
-TimingConfig = Annotated[PolynomialTiming | FixedTiming, Field(discriminator="model")]
+#: The arrays a timing-table .npz file holds, named like TableTiming's fields.
+TABLE_ARRAYS = (
+    "prefill_tokens",
+    "prefill_batch",
+    "prefill_ms",
+    "decode_batch",
+    "decode_context",
+    "decode_ms",
+)
+
+
+class TableTiming(_Settings):
+    """Measured step times on grids, interpolated bilinearly and extrapolated linearly past the
+    edges (never below 0 ms). Axes are strictly increasing; numpy arrays are accepted."""
+
+    model: Literal["table"] = "table"
+    prefill_tokens: list[float] = Field(
+        description="Axis: uncached prompt tokens prefilled in one pass."
+    )
+    prefill_batch: list[float] = Field(description="Axis: requests prefilling in the pass.")
+    prefill_ms: list[list[float]] = Field(description="Pass latency (ms), [tokens][batch].")
+    decode_batch: list[float] = Field(description="Axis: requests decoding in one pass.")
+    decode_context: list[float] = Field(
+        description="Axis: mean KV tokens per decoding request (this step's token included)."
+    )
+    decode_ms: list[list[float]] = Field(description="Step latency (ms), [batch][context].")
+
+    @field_validator(*TABLE_ARRAYS, mode="before")
+    @classmethod
+    def _arrays_to_lists(cls, value: Any) -> Any:
+        return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def load_timing_table(path: str | Path) -> TableTiming:
+    """A TableTiming from an .npz file holding the arrays named in ``TABLE_ARRAYS``."""
+    path = Path(path)
+    try:
+        with np.load(path) as npz:
+            missing = [name for name in TABLE_ARRAYS if name not in npz.files]
+            if missing:
+                raise ConfigError(
+                    f"{path}: timing table lacks arrays {', '.join(missing)} "
+                    f"(found {', '.join(npz.files) or 'none'})"
+                )
+            arrays = {name: npz[name] for name in TABLE_ARRAYS}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read the timing table: {e}") from None
+    try:
+        return TableTiming(**arrays)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+class AicTiming(_Settings):
+    """Step times from AIConfigurator's performance database, built once into ``table`` timing
+    (needs ``pip install 'dynosim[aic]'``)."""
+
+    model: Literal["aic"] = "aic"
+    model_name: str = Field(description="AIConfigurator model name, e.g. Qwen/Qwen3-32B.")
+    system: str = Field(description="AIConfigurator system name, e.g. h200_sxm.")
+    backend: Literal["trtllm", "vllm", "sglang"] = Field("trtllm", description="Serving engine.")
+    backend_version: str | None = Field(
+        None,
+        description="Backend version in AIC's database; unset: AIC's current one for the "
+        "system and backend ('current', 'next' and 'previous' are accepted too).",
+    )
+    tp: int = Field(1, ge=1, description="Tensor-parallel GPUs of one rank.")
+
+
+TimingConfig = Annotated[
+    PolynomialTiming | FixedTiming | TableTiming | AicTiming, Field(discriminator="model")
+]
 
 
 class RoleConfig(_Settings):
@@ -215,12 +312,24 @@ class SimConfig(_Settings):
     @model_validator(mode="after")
     def _check_ranges(self) -> SimConfig:
         # The core owns the value rules; it raises ConfigError naming the field and value.
-        _core.normalize_config_json(self.to_core_json())
+        # An aic section is checked by its own model; building its tables waits for a replay.
+        data = self.model_dump()
+        for section in (data, data["prefill"], data["decode"]):
+            if (section.get("timing") or {}).get("model") == "aic":
+                section["timing"] = None if section is not data else {"model": "polynomial"}
+        _core.normalize_config_json(json.dumps(data))
         return self
 
     def to_core_json(self) -> str:
-        """The configuration as the JSON document the Rust core reads."""
-        return self.model_dump_json()
+        """The configuration as the JSON document the Rust core reads. ``aic`` timing sections
+        become their ``table`` timing (built once with AIConfigurator, then read from the
+        on-disk cache): the core reads tables only."""
+        timings = (self.timing, self.prefill.timing, self.decode.timing)
+        if not any(isinstance(t, AicTiming) for t in timings):
+            return self.model_dump_json()
+        from dynosim.aic import aic_sections_to_tables  # lazy: it imports this module
+
+        return json.dumps(aic_sections_to_tables(self.model_dump()))
 
 
 def load_config(source: SimConfig | dict[str, Any] | str | Path | None = None) -> SimConfig:
@@ -254,6 +363,7 @@ def config_json_schema() -> dict[str, Any]:
 
 
 __all__ = [
+    "AicTiming",
     "ClusterConfig",
     "EngineConfig",
     "FixedTiming",
@@ -264,7 +374,9 @@ __all__ = [
     "RoleConfig",
     "SimConfig",
     "SlaConfig",
+    "TableTiming",
     "TimingConfig",
     "config_json_schema",
     "load_config",
+    "load_timing_table",
 ]

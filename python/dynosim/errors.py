@@ -28,9 +28,15 @@ class MissingExtraError(DynosimError, ImportError):
     """An optional dependency is needed for this feature; the message says what to install."""
 
 
+class ManifestError(DynosimError, ValueError):
+    """A DGD manifest cannot be read, or AIC's generator did not render one (the message says
+    which file or artifact)."""
+
+
 __all__ = [
     "ConfigError",
     "DynosimError",
+    "ManifestError",
     "MissingExtraError",
     "SimulationError",
     "WorkloadError",

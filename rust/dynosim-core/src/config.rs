@@ -31,6 +31,18 @@ pub struct EngineConfig {
     /// Let a long prompt take the remaining budget in pieces across passes.
     pub enable_chunked_prefill: bool,
     pub preemption_mode: PreemptionMode,
+    /// GPUs one rank spans (tensor parallelism); part of the timing key and the GPU count.
+    pub tensor_parallel_size: u32,
+    /// Ranks in one worker, each with its own scheduler and `num_gpu_blocks` of KV cache,
+    /// passing in lockstep: a grouped pass ends when the slowest rank ends.
+    pub data_parallel_size: u32,
+}
+
+impl EngineConfig {
+    /// GPUs one worker occupies: TP x DP.
+    pub fn gpus_per_worker(&self) -> u32 {
+        self.tensor_parallel_size * self.data_parallel_size
+    }
 }
 
 impl Default for EngineConfig {
@@ -42,6 +54,8 @@ impl Default for EngineConfig {
             max_num_batched_tokens: 8192,
             enable_chunked_prefill: true,
             preemption_mode: PreemptionMode::Lifo,
+            tensor_parallel_size: 1,
+            data_parallel_size: 1,
         }
     }
 }
@@ -75,12 +89,110 @@ pub struct FixedTiming {
     pub decode_ms: f64,
 }
 
+/// Measured step times on grids (from a profile or AIConfigurator), interpolated bilinearly
+/// and extrapolated linearly past the edges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableTiming {
+    /// Axis: uncached prompt tokens prefilled in one pass, strictly increasing.
+    pub prefill_tokens: Vec<f64>,
+    /// Axis: requests prefilling in that pass, strictly increasing.
+    pub prefill_batch: Vec<f64>,
+    /// Pass latency (ms), `[tokens][batch]`.
+    pub prefill_ms: Vec<Vec<f64>>,
+    /// Axis: requests decoding in one pass, strictly increasing.
+    pub decode_batch: Vec<f64>,
+    /// Axis: mean KV tokens per decoding request (this step's token included).
+    pub decode_context: Vec<f64>,
+    /// Step latency (ms), `[batch][context]`.
+    pub decode_ms: Vec<Vec<f64>>,
+}
+
+impl TableTiming {
+    fn validate(&self, section: &str) -> Result<()> {
+        for (name, axis) in [
+            ("prefill_tokens", &self.prefill_tokens),
+            ("prefill_batch", &self.prefill_batch),
+            ("decode_batch", &self.decode_batch),
+            ("decode_context", &self.decode_context),
+        ] {
+            let field = format!("{section}.{name}");
+            if axis.is_empty() {
+                return Err(SimError::config(&field, "needs at least one point"));
+            }
+            for (i, &v) in axis.iter().enumerate() {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(SimError::config(
+                        &format!("{field}[{i}]"),
+                        format!("must be finite and >= 0, got {v}"),
+                    ));
+                }
+                if i > 0 && v <= axis[i - 1] {
+                    return Err(SimError::config(
+                        &format!("{field}[{i}]"),
+                        format!(
+                            "axis must be strictly increasing, got {v} after {}",
+                            axis[i - 1]
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, grid, rows, cols) in [
+            (
+                "prefill_ms",
+                &self.prefill_ms,
+                &self.prefill_tokens,
+                &self.prefill_batch,
+            ),
+            (
+                "decode_ms",
+                &self.decode_ms,
+                &self.decode_batch,
+                &self.decode_context,
+            ),
+        ] {
+            let field = format!("{section}.{name}");
+            if grid.len() != rows.len() {
+                return Err(SimError::config(
+                    &field,
+                    format!(
+                        "needs {} rows (one per axis point), got {}",
+                        rows.len(),
+                        grid.len()
+                    ),
+                ));
+            }
+            for (i, row) in grid.iter().enumerate() {
+                if row.len() != cols.len() {
+                    return Err(SimError::config(
+                        &format!("{field}[{i}]"),
+                        format!("needs {} values, got {}", cols.len(), row.len()),
+                    ));
+                }
+                if let Some((j, v)) = row
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+                {
+                    return Err(SimError::config(
+                        &format!("{field}[{i}][{j}]"),
+                        format!("must be a finite latency >= 0 ms, got {v}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The GPU step-time model of a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "model", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TimingConfig {
     Polynomial(PolynomialTiming),
     Fixed(FixedTiming),
+    Table(TableTiming),
 }
 
 impl Default for TimingConfig {
@@ -103,7 +215,12 @@ pub enum ServingMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouterMode {
+    /// Workers in turn.
     RoundRobin,
+    /// Uniformly at random, seeded by `router_seed`.
+    Random,
+    /// The lowest overlap_weight x (prompt blocks it must prefill) + its active blocks.
+    KvAware,
 }
 
 /// The cluster: its workers, and how the trace is played.
@@ -117,11 +234,16 @@ pub struct ClusterConfig {
     pub num_prefill_workers: u32,
     /// Decode workers in disaggregated mode.
     pub num_decode_workers: u32,
-    /// GPUs one worker occupies (for GPU-hours).
-    pub gpus_per_worker: u32,
     /// Divides every inter-arrival gap of the trace (2.0 plays it twice as fast).
     pub arrival_speedup_ratio: f64,
     pub router: RouterMode,
+    /// Seed of the `random` router.
+    pub router_seed: u64,
+    /// Weight of the blocks to prefill against active blocks in the `kv_aware` cost.
+    pub overlap_weight: f64,
+    /// Closed loop: at most this many sessions in flight (a request without a session is a
+    /// session of one turn); the next starts when one ends, ignoring trace timestamps.
+    pub concurrency: Option<u32>,
 }
 
 impl Default for ClusterConfig {
@@ -131,9 +253,11 @@ impl Default for ClusterConfig {
             num_workers: 4,
             num_prefill_workers: 1,
             num_decode_workers: 1,
-            gpus_per_worker: 1,
             arrival_speedup_ratio: 1.0,
             router: RouterMode::RoundRobin,
+            router_seed: 0,
+            overlap_weight: 1.0,
+            concurrency: None,
         }
     }
 }
@@ -323,8 +447,16 @@ impl SimConfig {
         at_least_one("cluster.num_workers", c.num_workers)?;
         at_least_one("cluster.num_prefill_workers", c.num_prefill_workers)?;
         at_least_one("cluster.num_decode_workers", c.num_decode_workers)?;
-        at_least_one("cluster.gpus_per_worker", c.gpus_per_worker)?;
         positive("cluster.arrival_speedup_ratio", c.arrival_speedup_ratio)?;
+        if !(c.overlap_weight.is_finite() && c.overlap_weight >= 0.0) {
+            return Err(SimError::config(
+                "cluster.overlap_weight",
+                format!("must be a finite number >= 0, got {}", c.overlap_weight),
+            ));
+        }
+        if let Some(n) = c.concurrency {
+            at_least_one("cluster.concurrency", n)?;
+        }
         validate_engine("engine", &self.engine)?;
         validate_timing("timing", &self.timing)?;
         for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
@@ -410,6 +542,14 @@ fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
     at_least_one(
         &format!("{section}.max_num_batched_tokens"),
         e.max_num_batched_tokens,
+    )?;
+    at_least_one(
+        &format!("{section}.tensor_parallel_size"),
+        e.tensor_parallel_size,
+    )?;
+    at_least_one(
+        &format!("{section}.data_parallel_size"),
+        e.data_parallel_size,
     )
 }
 
@@ -426,6 +566,7 @@ fn validate_timing(section: &str, t: &TimingConfig) -> Result<()> {
             positive(&format!("{section}.prefill_ms"), f.prefill_ms)?;
             positive(&format!("{section}.decode_ms"), f.decode_ms)
         }
+        TimingConfig::Table(t) => t.validate(section),
     }
 }
 

@@ -13,12 +13,21 @@ use crate::timing::StepTimer;
 use crate::transfer::Transport;
 use crate::workload::Workload;
 
-/// Something that happens at an instant of the virtual clock. Arrivals come from the sorted
-/// workload instead, and transfers finish inside the `Transport`.
+/// Something that happens at an instant of the virtual clock. Session starts come from the
+/// `Dispatcher`, and transfers finish inside the `Transport`.
 #[derive(Debug, Clone, Copy)]
 enum Event {
-    PassEnd { worker: u32 },
+    PassEnd {
+        worker: u32,
+    },
+    /// A later turn of a session is sent.
+    Send {
+        request: u32,
+    },
 }
+
+/// Mixed into the router seed for decode routing.
+const DECODE_STREAM: u64 = 0xD1B5_4A32_D192_ED03;
 
 /// A prefill that finished and waits for its decode worker to reserve blocks.
 #[derive(Debug, Clone, Copy)]
@@ -36,64 +45,108 @@ struct InFlight {
     dst_handle: u32,
 }
 
+/// A worker: `ranks` consecutive data-parallel ranks that pass in lockstep.
+#[derive(Debug, Clone)]
+struct Worker {
+    first_rank: usize,
+    ranks: usize,
+    /// The rank the next request of this worker goes to (round robin).
+    next_rank: usize,
+    busy: bool,
+}
+
+impl Worker {
+    fn ranks(&self) -> std::ops::Range<usize> {
+        self.first_rank..self.first_rank + self.ranks
+    }
+
+    fn pick_rank(&mut self) -> usize {
+        let r = self.first_rank + self.next_rank;
+        self.next_rank = (self.next_rank + 1) % self.ranks;
+        r
+    }
+}
+
 /// The workers and what joins them. Prefill workers come first, then decode workers; in
-/// aggregated mode every worker is aggregated and `num_prefill` is 0.
+/// aggregated mode every worker is aggregated and `num_prefill` is 0. Ranks are numbered the
+/// same way, and every rank has its own KV-transfer link.
 struct Cluster {
-    workers: Vec<Scheduler>,
+    ranks: Vec<Scheduler>,
+    workers: Vec<Worker>,
     num_prefill: usize,
+    num_prefill_ranks: usize,
     /// Workers whose state changed at this instant and may start a pass, deduplicated.
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     router: Router,
     decode_router: Router,
-    /// Per decode worker, handoffs waiting for a block reservation, FIFO.
+    /// Scratch block identities for cache-aware routing.
+    hashes: Vec<u64>,
+    /// Per decode rank, handoffs waiting for a block reservation, FIFO.
     pending: Vec<std::collections::VecDeque<Handoff>>,
     transport: Transport,
     in_flight: Vec<Option<InFlight>>,
     sizing: TransferSizing,
     kv_bytes_per_token: f64,
+    /// Arrivals, pass ends and transfer ends processed.
+    events: u64,
 }
 
 impl Cluster {
     fn new(config: &SimConfig) -> Result<Self> {
         let c = &config.cluster;
-        let (roles, num_prefill, num_decode) = match c.mode {
-            ServingMode::Aggregated => (vec![Role::Aggregated; c.num_workers as usize], 0, 0),
-            ServingMode::Disaggregated => {
-                let (p, d) = (
-                    c.num_prefill_workers as usize,
-                    c.num_decode_workers as usize,
-                );
-                let mut roles = vec![Role::Prefill; p];
-                roles.extend(std::iter::repeat_n(Role::Decode, d));
-                (roles, p, d)
-            }
+        let pools: Vec<(Role, usize)> = match c.mode {
+            ServingMode::Aggregated => vec![(Role::Aggregated, c.num_workers as usize)],
+            ServingMode::Disaggregated => vec![
+                (Role::Prefill, c.num_prefill_workers as usize),
+                (Role::Decode, c.num_decode_workers as usize),
+            ],
         };
-        let workers: Vec<Scheduler> = roles
-            .iter()
-            .map(|&role| {
-                let (engine, timing) = config.role(role);
-                let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size);
-                Scheduler::new(
-                    role,
-                    engine.clone(),
-                    StepTimer::new(timing.clone(), kv_tokens),
-                )
-            })
-            .collect();
+        let (mut ranks, mut workers) = (Vec::new(), Vec::new());
+        let (mut num_prefill, mut num_prefill_ranks) = (0, 0);
+        for &(role, count) in &pools {
+            let (engine, timing) = config.role(role);
+            let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size);
+            let dp = engine.data_parallel_size as usize;
+            for _ in 0..count {
+                workers.push(Worker {
+                    first_rank: ranks.len(),
+                    ranks: dp,
+                    next_rank: 0,
+                    busy: false,
+                });
+                for _ in 0..dp {
+                    let timer = StepTimer::new(timing.clone(), kv_tokens);
+                    ranks.push(Scheduler::new(role, engine.clone(), timer));
+                }
+            }
+            if role == Role::Prefill {
+                (num_prefill, num_prefill_ranks) = (workers.len(), ranks.len());
+            }
+        }
+        let num_decode_ranks = if num_prefill > 0 {
+            ranks.len() - num_prefill_ranks
+        } else {
+            0
+        };
         let n = workers.len();
         Ok(Cluster {
-            workers,
-            num_prefill,
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
-            router: Router::new(c.router, if num_prefill > 0 { num_prefill } else { n }),
-            decode_router: Router::new(c.router, num_decode.max(1)),
-            pending: vec![Default::default(); num_decode],
-            transport: Transport::new(&config.kv_transfer, num_prefill, num_decode)?,
+            router: Router::new(c.router, c.router_seed, c.overlap_weight),
+            // A stream of its own, so decode choices do not shift prefill choices.
+            decode_router: Router::new(c.router, c.router_seed ^ DECODE_STREAM, c.overlap_weight),
+            hashes: Vec::new(),
+            pending: vec![Default::default(); num_decode_ranks],
+            transport: Transport::new(&config.kv_transfer, num_prefill_ranks, num_decode_ranks)?,
             in_flight: Vec::new(),
             sizing: config.kv_transfer.sizing(),
             kv_bytes_per_token: config.kv_transfer.bytes_per_token(),
+            events: 0,
+            ranks,
+            workers,
+            num_prefill,
+            num_prefill_ranks,
         })
     }
 
@@ -108,95 +161,286 @@ impl Cluster {
         }
     }
 
+    /// The rank among `pool` (a range of workers) that `router` sends request `i` to.
+    fn route(
+        router: &mut Router,
+        workers: &mut [Worker],
+        ranks: &[Scheduler],
+        pool: std::ops::Range<usize>,
+        workload: &Workload,
+        i: usize,
+        hashes: &mut Vec<u64>,
+    ) -> usize {
+        if router.needs_caches() {
+            let first = workers[pool.start].first_rank;
+            let last = workers[pool.end - 1].ranks().end;
+            let block_size = ranks[first].block_size();
+            workload.block_hashes(i, block_size, hashes);
+            let prompt_blocks = workload.input_length[i].div_ceil(block_size);
+            let caches = ranks[first..last].iter().map(Scheduler::cache);
+            first + router.route_by_cache(hashes, prompt_blocks, caches)
+        } else {
+            let w = pool.start + router.route(pool.len());
+            workers[w].pick_rank()
+        }
+    }
+
+    /// Send request `i` at `now`: it arrives (TTFT counts from here).
+    fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
+        self.events += 1;
+        records.arrival_ms[i] = now;
+        self.arrive(workload, i, records);
+    }
+
     /// Route arriving request `i`: reject it if it can never be served, else queue it.
     fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
-        let w = self.router.route();
+        let front = if self.disaggregated() {
+            self.num_prefill
+        } else {
+            self.workers.len()
+        };
+        let rank = Self::route(
+            &mut self.router,
+            &mut self.workers,
+            &self.ranks,
+            0..front,
+            workload,
+            i,
+            &mut self.hashes,
+        );
+        let w = self.worker_of(rank);
         records.worker[i] = w as i32;
         let (prompt, output) = (workload.input_length[i], workload.output_length[i]);
         // In disaggregated mode the decode pool must be able to hold it too (all decode
-        // workers share one configuration).
-        let verdict = self.workers[w].never_fits(prompt, output).or_else(|| {
+        // ranks share one configuration).
+        let verdict = self.ranks[rank].never_fits(prompt, output).or_else(|| {
             self.disaggregated()
-                .then(|| self.workers[self.num_prefill].never_fits(prompt, output))
+                .then(|| self.ranks[self.num_prefill_ranks].never_fits(prompt, output))
                 .flatten()
         });
         match verdict {
             Some(reason) => records.reject(i, reason),
             None => {
-                self.workers[w].enqueue(workload, i);
+                self.ranks[rank].enqueue(workload, i);
                 self.touch(w);
             }
         }
     }
 
-    /// A pass ended on worker `w`; a prefill worker's finished prompts go to decode workers.
-    fn pass_end(&mut self, w: usize, now: f64, records: &mut Records) {
-        self.workers[w].finish_pass(now, records);
+    /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
+    /// group ends when the slowest rank ends. Returns the group's duration (ms), if any rank
+    /// scheduled anything.
+    fn start_pass(&mut self, w: usize, now: f64, records: &mut Records) -> Result<Option<f64>> {
+        let mut longest: Option<f64> = None;
+        for r in self.workers[w].ranks() {
+            let rank = &mut self.ranks[r];
+            if !rank.has_work() {
+                continue;
+            }
+            match rank.start_pass(now, records) {
+                Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
+                // The queue head waits for blocks tied to transfers; their end touches us.
+                None if rank.awaits_transfers() => {}
+                // Otherwise every running request needs at least one token, the budget is at
+                // least one, and an empty rank admits its queue head (it fits an empty cache).
+                None => {
+                    return Err(SimError::Internal(format!(
+                        "rank {r} of worker {w} scheduled nothing at {now} ms with {} waiting \
+                         and {} running",
+                        rank.waiting_len(),
+                        rank.running_len()
+                    )));
+                }
+            }
+        }
+        self.workers[w].busy = longest.is_some();
+        Ok(longest)
+    }
+
+    /// The grouped pass of worker `w` ended; a prefill worker's finished prompts go to decode
+    /// workers.
+    fn pass_end(&mut self, w: usize, now: f64, workload: &Workload, records: &mut Records) {
+        self.workers[w].busy = false;
         self.touch(w);
-        if w < self.num_prefill {
-            let handoffs: Vec<(u32, u32)> = self.workers[w].take_handoffs().collect();
+        for r in self.workers[w].ranks() {
+            if !self.ranks[r].is_busy() {
+                continue;
+            }
+            self.ranks[r].finish_pass(now, records);
+            if w >= self.num_prefill {
+                continue;
+            }
+            let handoffs: Vec<(u32, u32)> = self.ranks[r].take_handoffs().collect();
+            let all = self.workers.len();
             for (request, src_handle) in handoffs {
-                let d = self.decode_router.route();
-                records.decode_worker[request as usize] = d as i32;
-                self.pending[d].push_back(Handoff {
+                let dst_rank = Self::route(
+                    &mut self.decode_router,
+                    &mut self.workers,
+                    &self.ranks,
+                    self.num_prefill..all,
+                    workload,
+                    request as usize,
+                    &mut self.hashes,
+                );
+                let d = self.worker_of(dst_rank);
+                records.decode_worker[request as usize] = (d - self.num_prefill) as i32;
+                self.pending[dst_rank - self.num_prefill_ranks].push_back(Handoff {
                     request,
-                    src: w as u32,
+                    src: r as u32,
                     src_handle,
                 });
-                self.touch(self.num_prefill + d);
+                self.touch(d);
             }
         }
     }
 
-    /// Start the transfers decode worker `d` has room for, in arrival order.
+    /// Start the transfers decode worker `w`'s ranks have room for, in arrival order.
     fn reserve(
         &mut self,
-        d: usize,
+        w: usize,
         now: f64,
         workload: &Workload,
         records: &mut Records,
     ) -> Result<()> {
-        let worker = &mut self.workers[self.num_prefill + d];
-        while let Some(&h) = self.pending[d].front() {
-            let Some((dst_handle, cached)) = worker.reserve_remote(workload, h.request as usize)
-            else {
-                break;
-            };
-            self.pending[d].pop_front();
-            let r = h.request as usize;
-            let tokens = match self.sizing {
-                TransferSizing::FullPrompt => workload.input_length[r],
-                TransferSizing::DestinationMissing => workload.input_length[r] - cached,
-            };
-            let bytes = f64::from(tokens) * self.kv_bytes_per_token;
-            records.transfer_bytes[r] = bytes;
-            records.transfer_start_ms[r] = now;
-            let id = self.transport.start(now, h.src as usize, d, bytes)? as usize;
-            if id >= self.in_flight.len() {
-                self.in_flight.resize(id + 1, None);
+        for rank in self.workers[w].ranks() {
+            let d = rank - self.num_prefill_ranks;
+            while let Some(&h) = self.pending[d].front() {
+                let Some((dst_handle, cached)) =
+                    self.ranks[rank].reserve_remote(workload, h.request as usize)
+                else {
+                    break;
+                };
+                self.pending[d].pop_front();
+                let r = h.request as usize;
+                let tokens = match self.sizing {
+                    TransferSizing::FullPrompt => workload.input_length[r],
+                    TransferSizing::DestinationMissing => workload.input_length[r] - cached,
+                };
+                let bytes = f64::from(tokens) * self.kv_bytes_per_token;
+                records.transfer_bytes[r] = bytes;
+                records.transfer_start_ms[r] = now;
+                let id = self.transport.start(now, h.src as usize, d, bytes)? as usize;
+                if id >= self.in_flight.len() {
+                    self.in_flight.resize(id + 1, None);
+                }
+                self.in_flight[id] = Some(InFlight {
+                    handoff: h,
+                    dst: rank as u32,
+                    dst_handle,
+                });
             }
-            self.in_flight[id] = Some(InFlight {
-                handoff: h,
-                dst: d as u32,
-                dst_handle,
-            });
         }
         Ok(())
     }
 
-    /// Transfer `id` finished at `now`: the decode worker activates the request, the prefill
-    /// worker releases its copy.
+    /// The worker owning rank `r`.
+    fn worker_of(&self, r: usize) -> usize {
+        self.workers
+            .partition_point(|w| w.first_rank + w.ranks <= r)
+    }
+
+    /// Transfer `id` finished at `now`: the decode rank activates the request, the prefill
+    /// rank releases its copy.
     fn transfer_done(&mut self, id: u64, now: f64, records: &mut Records) -> Result<()> {
         let f = self.in_flight[id as usize].take().ok_or_else(|| {
             SimError::Internal(format!("transfer {id} finished twice or never started"))
         })?;
         records.transfer_end_ms[f.handoff.request as usize] = now;
-        let d = self.num_prefill + f.dst as usize;
-        self.workers[d].activate_remote(f.dst_handle, now, records);
-        self.workers[f.handoff.src as usize].release_handoff(f.handoff.src_handle);
-        self.touch(d);
-        self.touch(f.handoff.src as usize);
+        let (dst, src) = (f.dst as usize, f.handoff.src as usize);
+        self.ranks[dst].activate_remote(f.dst_handle, now, records);
+        self.ranks[src].release_handoff(f.handoff.src_handle);
+        self.touch(self.worker_of(dst));
+        self.touch(self.worker_of(src));
         Ok(())
+    }
+}
+
+/// Decides when each request is sent: at its timestamp (open loop), when a slot frees (closed
+/// loop), or, for a later turn of a session, when the previous turn ends plus its delay.
+struct Dispatcher {
+    /// Row timestamps from 0, divided by the arrival speedup (ms).
+    timestamps: Vec<f64>,
+    /// Think time before each later turn (ms, NaN: the timestamp gap), speedup applied.
+    delay_ms: Option<Vec<f64>>,
+    next_turn: Vec<u32>,
+    follows: Vec<bool>,
+    /// The next row that starts a session (or stands alone) and is not sent yet.
+    cursor: usize,
+    concurrency: Option<u32>,
+    active_sessions: u32,
+}
+
+impl Dispatcher {
+    fn new(workload: &Workload, config: &SimConfig) -> Self {
+        let t0 = workload.arrival_ms.first().copied().unwrap_or(0.0);
+        let speedup = config.cluster.arrival_speedup_ratio;
+        let (next_turn, follows) = workload.session_turns();
+        let mut d = Dispatcher {
+            timestamps: workload
+                .arrival_ms
+                .iter()
+                .map(|&t| (t - t0) / speedup)
+                .collect(),
+            delay_ms: workload
+                .delay_ms
+                .map(|d| d.iter().map(|&x| x / speedup).collect()),
+            next_turn,
+            follows,
+            cursor: 0,
+            concurrency: config.cluster.concurrency,
+            active_sessions: 0,
+        };
+        d.skip_follow_ups();
+        d
+    }
+
+    fn skip_follow_ups(&mut self) {
+        while self.cursor < self.follows.len() && self.follows[self.cursor] {
+            self.cursor += 1;
+        }
+    }
+
+    /// Open loop: when the next session starts (ms), if one is left.
+    fn next_start_ms(&self) -> Option<f64> {
+        match self.concurrency {
+            None => self.timestamps.get(self.cursor).copied(),
+            Some(_) => None,
+        }
+    }
+
+    /// Rows that start a session at `now`: those due in open loop, or as many as free slots
+    /// allow in closed loop.
+    fn starts(&mut self, now: f64, out: &mut Vec<u32>) {
+        while self.cursor < self.timestamps.len() {
+            let go = match self.concurrency {
+                None => self.timestamps[self.cursor] <= now,
+                Some(limit) => self.active_sessions < limit,
+            };
+            if !go {
+                break;
+            }
+            self.active_sessions += 1;
+            out.push(self.cursor as u32);
+            self.cursor += 1;
+            self.skip_follow_ups();
+        }
+    }
+
+    /// Request `i` ended at `now`: schedule its session's next turn, or free its slot.
+    fn finished(&mut self, i: usize, now: f64, queue: &mut EventQueue<Event>) {
+        let next = self.next_turn[i];
+        if next == u32::MAX {
+            self.active_sessions -= 1;
+            return;
+        }
+        let n = next as usize;
+        let delay = self.delay_ms.as_ref().map_or(f64::NAN, |d| d[n]);
+        let wait = if delay.is_nan() {
+            self.timestamps[n] - self.timestamps[i]
+        } else {
+            delay
+        };
+        queue.push(now + wait, Event::Send { request: next });
     }
 }
 
@@ -209,50 +453,72 @@ pub fn replay(
 ) -> Result<Report> {
     config.validate()?;
     workload.validate()?;
-    let n = workload.len();
     let mut cluster = Cluster::new(config)?;
-    let t0 = workload.arrival_ms.first().copied().unwrap_or(0.0);
-    let speedup = config.cluster.arrival_speedup_ratio;
-    let arrivals: Vec<f64> = workload
-        .arrival_ms
-        .iter()
-        .map(|&t| (t - t0) / speedup)
+    let mut dispatcher = Dispatcher::new(workload, config);
+    // Arrival times are known up front only for open-loop session starts.
+    let arrivals: Vec<f64> = (0..workload.len())
+        .map(|i| match config.cluster.concurrency {
+            None if !dispatcher.follows[i] => dispatcher.timestamps[i],
+            _ => f64::NAN,
+        })
         .collect();
     let mut records = Records::new(arrivals, workload.input_length, workload.output_length);
     let mut sampler = Sampler::new(config.report.sample_interval_ms, cluster.workers.len());
     let mut queue: EventQueue<Event> = EventQueue::default();
     let mut counters = Counters::default();
     let mut finished_transfers: Vec<u64> = Vec::new();
-    let mut next_arrival = 0usize;
+    let mut to_send: Vec<u32> = Vec::new();
+    let mut done: Vec<u32> = Vec::new();
     let mut now = 0.0_f64;
 
     loop {
         let next = [
-            records.arrival_ms.get(next_arrival).copied(),
+            dispatcher.next_start_ms(),
             queue.peek_time(),
             cluster.transport.next_finish_ms()?,
         ];
-        let Some(t) = next.into_iter().flatten().reduce(f64::min) else {
+        let t = next.into_iter().flatten().reduce(f64::min);
+        // The closed loop starts at 0 with no event before it.
+        let Some(t) = t.or((records.finished == 0 && to_send.is_empty()).then_some(0.0)) else {
             break;
         };
         now = t;
-        sampler.record_until(now, &cluster.workers, false);
-        while next_arrival < n && records.arrival_ms[next_arrival] <= now {
-            counters.events += 1;
-            cluster.arrive(workload, next_arrival, &mut records);
-            next_arrival += 1;
+        sampler.record_until(now, &cluster, false);
+        dispatcher.starts(now, &mut to_send);
+        for i in to_send.drain(..) {
+            cluster.send(workload, i as usize, now, &mut records);
         }
-        while let Some(Event::PassEnd { worker }) = queue.pop_due(now) {
-            counters.events += 1;
-            cluster.pass_end(worker as usize, now, &mut records);
+        while let Some(event) = queue.pop_due(now) {
+            match event {
+                Event::PassEnd { worker } => {
+                    cluster.events += 1;
+                    cluster.pass_end(worker as usize, now, workload, &mut records);
+                }
+                Event::Send { request } => {
+                    cluster.send(workload, request as usize, now, &mut records);
+                }
+            }
         }
         finished_transfers.clear();
         cluster
             .transport
             .pop_finished(now, &mut finished_transfers)?;
         for &id in &finished_transfers {
-            counters.events += 1;
+            cluster.events += 1;
             cluster.transfer_done(id, now, &mut records)?;
+        }
+        // Ends free closed-loop slots and release later session turns; what they send can
+        // itself be rejected at once, so repeat until nothing more ends.
+        while !records.just_finished.is_empty() {
+            std::mem::swap(&mut done, &mut records.just_finished);
+            for &i in &done {
+                dispatcher.finished(i as usize, now, &mut queue);
+            }
+            done.clear();
+            dispatcher.starts(now, &mut to_send);
+            for i in to_send.drain(..) {
+                cluster.send(workload, i as usize, now, &mut records);
+            }
         }
         // Ascending worker order keeps event insertion, hence tie-breaking, deterministic.
         cluster.dirty.sort_unstable();
@@ -260,25 +526,13 @@ pub fn replay(
             let w = cluster.dirty[k] as usize;
             cluster.is_dirty[w] = false;
             if cluster.disaggregated() && w >= cluster.num_prefill {
-                cluster.reserve(w - cluster.num_prefill, now, workload, &mut records)?;
+                cluster.reserve(w, now, workload, &mut records)?;
             }
-            let worker = &mut cluster.workers[w];
-            if worker.is_busy() || !worker.has_work() {
+            if cluster.workers[w].busy {
                 continue;
             }
-            match worker.start_pass(now, &mut records) {
-                Some(ms) => queue.push(now + ms, Event::PassEnd { worker: w as u32 }),
-                // The queue head waits for blocks tied to transfers; their end touches us.
-                None if worker.awaits_transfers() => {}
-                // Otherwise every running request needs at least one token, the budget is at
-                // least one, and an empty worker admits its queue head (it fits an empty cache).
-                None => {
-                    return Err(SimError::Internal(format!(
-                        "worker {w} scheduled nothing at {now} ms with {} waiting and {} running",
-                        worker.waiting_len(),
-                        worker.running_len()
-                    )));
-                }
+            if let Some(ms) = cluster.start_pass(w, now, &mut records)? {
+                queue.push(now + ms, Event::PassEnd { worker: w as u32 });
             }
         }
         cluster.dirty.clear();
@@ -286,7 +540,7 @@ pub fn replay(
             p.store(records.finished as u64, Ordering::Relaxed);
         }
     }
-    sampler.record_until(now, &cluster.workers, true);
+    sampler.record_until(now, &cluster, true);
 
     if let Some(i) = records
         .status
@@ -297,11 +551,12 @@ pub fn replay(
             "request {i} neither completed nor was rejected"
         )));
     }
-    for w in &cluster.workers {
+    for w in &cluster.ranks {
         counters.passes += w.passes();
         counters.preemptions += w.preemptions();
         counters.evictions += w.cache().evictions();
     }
+    counters.events = cluster.events;
     counters.rate_recomputations = cluster.transport.recomputations();
     counters.link_utilization = cluster.transport.utilization(now);
     Ok(Report::build(
@@ -333,16 +588,21 @@ impl Sampler {
 
     /// Record the (unchanged) state at every grid time before `now` (up to and including it
     /// when `inclusive`): the state between two event instants is constant.
-    fn record_until(&mut self, now: f64, workers: &[Scheduler], inclusive: bool) {
+    fn record_until(&mut self, now: f64, cluster: &Cluster, inclusive: bool) {
+        let ranks = &cluster.ranks;
         while self.next_ms < now || (inclusive && self.next_ms <= now) {
             let s = &mut self.series;
             s.time_ms.push(self.next_ms);
             s.queued
-                .push(workers.iter().map(|w| w.waiting_len() as u32).sum());
+                .push(ranks.iter().map(|r| r.waiting_len() as u32).sum());
             s.running
-                .push(workers.iter().map(|w| w.running_len() as u32).sum());
-            s.kv_blocks_used
-                .extend(workers.iter().map(|w| w.cache().active()));
+                .push(ranks.iter().map(|r| r.running_len() as u32).sum());
+            s.kv_blocks_used.extend(
+                cluster
+                    .workers
+                    .iter()
+                    .map(|w| w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>()),
+            );
             self.next_ms = s.time_ms.len() as f64 * s.interval_ms;
         }
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::{ServingMode, SimConfig};
+use crate::config::{Role, ServingMode, SimConfig};
 use crate::stats::{Distribution, WeightedSamples};
 
 /// How a request ended.
@@ -73,9 +73,12 @@ pub struct Records {
     pub itl: WeightedSamples,
     /// Requests completed or rejected so far.
     pub finished: usize,
+    /// Requests that ended since the replay loop last looked (sessions and closed loop).
+    pub just_finished: Vec<u32>,
 }
 
 impl Records {
+    /// Records of requests that arrive at `arrival_ms` (NaN: set when dispatched).
     pub fn new(arrival_ms: Vec<f64>, input_length: &[u32], output_length: &[u32]) -> Self {
         let n = arrival_ms.len();
         Records {
@@ -97,6 +100,7 @@ impl Records {
             preemptions: vec![0; n],
             itl: WeightedSamples::default(),
             finished: 0,
+            just_finished: Vec::new(),
         }
     }
 
@@ -104,12 +108,14 @@ impl Records {
         self.last_token_ms[request] = now;
         self.status[request] = Status::Completed as u8;
         self.finished += 1;
+        self.just_finished.push(request as u32);
     }
 
     pub fn reject(&mut self, request: usize, reason: RejectReason) {
         self.status[request] = Status::Rejected as u8;
         self.reject_reason[request] = reason as u8;
         self.finished += 1;
+        self.just_finished.push(request as u32);
     }
 }
 
@@ -122,7 +128,7 @@ pub struct TimeSeries {
     pub queued: Vec<u32>,
     /// Requests running, all workers.
     pub running: Vec<u32>,
-    /// Active KV blocks, row-major `[sample][worker]`.
+    /// Active KV blocks (all ranks of a worker), row-major `[sample][worker]`.
     pub kv_blocks_used: Vec<u32>,
     pub num_workers: usize,
 }
@@ -275,11 +281,18 @@ impl Report {
             })
             .count() as u64;
         let cluster = &config.cluster;
-        let num_workers = match cluster.mode {
-            ServingMode::Aggregated => cluster.num_workers,
-            ServingMode::Disaggregated => cluster.num_prefill_workers + cluster.num_decode_workers,
+        let gpus = |role: Role| config.role(role).0.gpus_per_worker();
+        let (num_workers, num_gpus) = match cluster.mode {
+            ServingMode::Aggregated => (
+                cluster.num_workers,
+                cluster.num_workers * gpus(Role::Aggregated),
+            ),
+            ServingMode::Disaggregated => (
+                cluster.num_prefill_workers + cluster.num_decode_workers,
+                cluster.num_prefill_workers * gpus(Role::Prefill)
+                    + cluster.num_decode_workers * gpus(Role::Decode),
+            ),
         };
-        let num_gpus = num_workers * cluster.gpus_per_worker;
         let transferred: Vec<usize> = (0..n)
             .filter(|&i| !records.transfer_end_ms[i].is_nan())
             .collect();

@@ -1,30 +1,72 @@
-//! Which worker serves a request.
+//! Which worker (and which of its ranks) serves a request (SPEC section 7).
+
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 use crate::config::RouterMode;
+use crate::kv_cache::KvCache;
 
-/// A routing policy with its state.
+/// A routing policy with its state. Candidates are indexed 0..n; ties break to the lowest
+/// index so routing is deterministic.
 #[derive(Debug, Clone)]
 pub enum Router {
-    /// Workers in turn, in index order.
-    RoundRobin { next: usize, workers: usize },
+    /// Candidates in turn.
+    RoundRobin { next: usize },
+    /// Uniformly at random from a seeded generator.
+    Random { rng: Pcg64Mcg },
+    /// The lowest `overlap_weight * blocks to prefill + active blocks`.
+    KvAware { overlap_weight: f64 },
 }
 
 impl Router {
-    pub fn new(mode: RouterMode, workers: usize) -> Self {
+    pub fn new(mode: RouterMode, seed: u64, overlap_weight: f64) -> Self {
         match mode {
-            RouterMode::RoundRobin => Router::RoundRobin { next: 0, workers },
+            RouterMode::RoundRobin => Router::RoundRobin { next: 0 },
+            RouterMode::Random => Router::Random {
+                rng: Pcg64Mcg::seed_from_u64(seed),
+            },
+            RouterMode::KvAware => Router::KvAware { overlap_weight },
         }
     }
 
-    /// The worker for the next request.
-    pub fn route(&mut self) -> usize {
+    /// Whether the policy looks at the candidates' KV caches (so it routes to ranks).
+    pub fn needs_caches(&self) -> bool {
+        matches!(self, Router::KvAware { .. })
+    }
+
+    /// Pick one of `n` candidates without looking at their state.
+    pub fn route(&mut self, n: usize) -> usize {
         match self {
-            Router::RoundRobin { next, workers } => {
-                let w = *next;
-                *next = (w + 1) % *workers;
+            Router::RoundRobin { next } => {
+                let w = *next % n;
+                *next = w + 1;
                 w
             }
+            Router::Random { rng } => rng.random_range(0..n),
+            Router::KvAware { .. } => 0,
         }
+    }
+
+    /// Pick the cache-aware cheapest of `caches` for a prompt whose full blocks are
+    /// `hashes`: cost = overlap_weight x (prompt blocks not cached there) + active blocks.
+    pub fn route_by_cache<'a>(
+        &mut self,
+        hashes: &[u64],
+        prompt_blocks: u32,
+        caches: impl Iterator<Item = &'a KvCache>,
+    ) -> usize {
+        let Router::KvAware { overlap_weight } = *self else {
+            unreachable!("route_by_cache is for the kv_aware router");
+        };
+        let mut best = (f64::INFINITY, 0);
+        for (i, cache) in caches.enumerate() {
+            let to_prefill = prompt_blocks - cache.lookup(hashes).blocks;
+            let cost = overlap_weight * f64::from(to_prefill) + f64::from(cache.active());
+            if cost < best.0 {
+                best = (cost, i);
+            }
+        }
+        best.1
     }
 }
 
@@ -34,8 +76,45 @@ mod tests {
 
     #[test]
     fn round_robin_cycles_in_order() {
-        let mut r = Router::new(RouterMode::RoundRobin, 3);
-        let picks: Vec<usize> = (0..7).map(|_| r.route()).collect();
+        let mut r = Router::new(RouterMode::RoundRobin, 0, 1.0);
+        let picks: Vec<usize> = (0..7).map(|_| r.route(3)).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn random_is_seeded_and_covers_all() {
+        let picks = |seed| {
+            let mut r = Router::new(RouterMode::Random, seed, 1.0);
+            (0..200).map(|_| r.route(4)).collect::<Vec<_>>()
+        };
+        assert_eq!(picks(7), picks(7));
+        assert_ne!(picks(7), picks(8));
+        assert!((0..4).all(|w| picks(7).contains(&w)));
+    }
+
+    #[test]
+    fn kv_aware_prefers_cached_prefix_then_light_load() {
+        let mut warm = KvCache::new(16);
+        warm.allocate(2);
+        warm.register(11).unwrap();
+        warm.register(12).unwrap(); // holds the prompt's first two blocks, active
+        let cold = KvCache::new(16);
+        let mut r = Router::new(RouterMode::KvAware, 0, 1.0);
+        // 4-block prompt: warm costs 2 to prefill + 2 active = 4; cold 4 + 0 = 4: a tie goes
+        // to the lower index.
+        assert_eq!(
+            r.route_by_cache(&[11, 12, 13, 14], 4, [&warm, &cold].into_iter()),
+            0
+        );
+        assert_eq!(
+            r.route_by_cache(&[11, 12, 13, 14], 4, [&cold, &warm].into_iter()),
+            0
+        );
+        // Weighting the prefill work more makes the cached prefix win.
+        let mut heavy = Router::new(RouterMode::KvAware, 0, 2.0);
+        assert_eq!(
+            heavy.route_by_cache(&[11, 12, 13, 14], 4, [&cold, &warm].into_iter()),
+            1
+        );
     }
 }

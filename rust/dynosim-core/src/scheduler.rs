@@ -241,6 +241,11 @@ impl Scheduler {
         }
     }
 
+    /// Tokens per KV block of this rank.
+    pub fn block_size(&self) -> u32 {
+        self.config.block_size
+    }
+
     pub fn is_busy(&self) -> bool {
         self.busy
     }
@@ -352,6 +357,7 @@ impl Scheduler {
             let seq = &self.seqs[id as usize];
             if seq.prefilling {
                 shape.prefill_tokens += u64::from(seq.pass_tokens);
+                shape.prefill_requests += 1;
             } else {
                 shape.decode_requests += 1;
                 shape.decode_kv_tokens += u64::from(seq.computed);

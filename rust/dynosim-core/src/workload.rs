@@ -17,6 +17,11 @@ pub struct Workload<'a> {
     pub hash_ids: &'a [u64],
     /// Tokens per trace hash id.
     pub trace_block_size: u32,
+    /// Session of each request (-1: none). Turns of a session are its requests in row order:
+    /// turn n+1 is sent when turn n ends plus `delay_ms` (or the timestamp gap).
+    pub session: Option<&'a [i64]>,
+    /// Think time before a session turn is sent (ms), NaN to use the timestamp gap.
+    pub delay_ms: Option<&'a [f64]>,
 }
 
 impl<'a> Workload<'a> {
@@ -84,6 +89,16 @@ impl<'a> Workload<'a> {
             if self.output_length[i] == 0 {
                 return bad("output_length must be >= 1, got 0".into());
             }
+            if let Some(d) = self.delay_ms.map(|d| d[i]) {
+                if !(d.is_nan() || (d.is_finite() && d >= 0.0)) {
+                    return bad(format!("delay_ms must be >= 0 ms or NaN (unset), got {d}"));
+                }
+            }
+            if let Some(s) = self.session.map(|s| s[i]) {
+                if s < -1 {
+                    return bad(format!("session must be >= 0, or -1 for none, got {s}"));
+                }
+            }
             let (lo, hi) = (self.hash_offsets[i], self.hash_offsets[i + 1]);
             if hi < lo {
                 return bad(format!("hash_offsets decrease ({lo} then {hi})"));
@@ -98,6 +113,33 @@ impl<'a> Workload<'a> {
             }
         }
         Ok(())
+    }
+
+    /// For each request, the next turn of its session (`u32::MAX`: none), and whether it is a
+    /// later turn (sent when the previous one ends, not at its timestamp).
+    pub fn session_turns(&self) -> (Vec<u32>, Vec<bool>) {
+        let n = self.len();
+        let mut next = vec![u32::MAX; n];
+        let mut follows = vec![false; n];
+        let Some(session) = self.session else {
+            return (next, follows);
+        };
+        let mut last: Vec<u32> = Vec::new();
+        for (i, &s) in session.iter().enumerate() {
+            if s < 0 {
+                continue;
+            }
+            let s = s as usize;
+            if s >= last.len() {
+                last.resize(s + 1, u32::MAX);
+            }
+            if last[s] != u32::MAX {
+                next[last[s] as usize] = i as u32;
+                follows[i] = true;
+            }
+            last[s] = i as u32;
+        }
+        (next, follows)
     }
 
     /// Chained identities of the full engine blocks of request `i`'s prompt, written to `out`.
@@ -156,6 +198,8 @@ mod tests {
             hash_offsets: offsets,
             hash_ids: ids,
             trace_block_size: tbs,
+            session: None,
+            delay_ms: None,
         }
     }
 
@@ -186,6 +230,25 @@ mod tests {
         w.block_hashes(1, 6, &mut b);
         assert_eq!(a[0], b[0]);
         assert_ne!(a[1], b[1]); // tokens 8..12 differ (id 3 vs 4)
+    }
+
+    #[test]
+    fn session_turns_link_rows_in_order() {
+        let session = [0i64, -1, 0, 1, 0];
+        let w = Workload {
+            arrival_ms: &[0.0; 5],
+            input_length: &[1; 5],
+            output_length: &[1; 5],
+            hash_offsets: &[0, 1, 2, 3, 4, 5],
+            hash_ids: &[1, 2, 3, 4, 5],
+            trace_block_size: 512,
+            session: Some(&session),
+            delay_ms: None,
+        };
+        w.validate().unwrap();
+        let (next, follows) = w.session_turns();
+        assert_eq!(next, [2, u32::MAX, 4, u32::MAX, u32::MAX]);
+        assert_eq!(follows, [false, false, true, false, true]);
     }
 
     #[test]

@@ -37,6 +37,8 @@ impl Rows {
             hash_offsets: &self.offsets,
             hash_ids: &self.ids,
             trace_block_size: 128,
+            session: None,
+            delay_ms: None,
         };
         replay(&w, config, None).unwrap()
     }

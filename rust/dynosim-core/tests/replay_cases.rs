@@ -43,6 +43,8 @@ impl Rows {
             hash_offsets: &self.offsets,
             hash_ids: &self.ids,
             trace_block_size: self.tbs,
+            session: None,
+            delay_ms: None,
         }
     }
 
@@ -264,5 +266,215 @@ proptest! {
         prop_assert_eq!(s.itl_ms.count, completed_outputs);
         let again = rows.replay(&c);
         prop_assert_eq!(r.summary_json(), again.summary_json());
+    }
+}
+
+#[test]
+fn data_parallel_ranks_pass_in_lockstep() {
+    // One worker of two DP ranks: request 0 (8 tokens) lands on rank 0, request 1 (4,000
+    // tokens) on rank 1. Polynomial prefill: 16.6229 ms and 83.9717 ms; the grouped pass ends
+    // with the slower rank, so both first tokens come at 83.97 ms.
+    let ids: Vec<u64> = (0..9).collect();
+    let rows = Rows::new(512, &[(0.0, 8, 1, &ids[..1]), (0.0, 4000, 1, &ids[1..])]);
+    let mut c = SimConfig::default();
+    c.cluster.num_workers = 1;
+    c.engine.data_parallel_size = 2;
+    let r = rows.replay(&c);
+    let slow = 4.209989e-7 * 4000f64.powi(2) + 1.518344e-2 * 4000.0 + 16.50142;
+    assert_eq!(r.records.worker, [0, 0]);
+    assert!(
+        (r.derived.ttft_ms[0] - slow).abs() < 1e-9,
+        "{:?}",
+        r.derived.ttft_ms
+    );
+    assert!((r.derived.ttft_ms[1] - slow).abs() < 1e-9);
+    assert_eq!(r.summary.num_passes, 2); // one pass per rank
+}
+
+#[test]
+fn data_parallel_ranks_keep_their_own_caches() {
+    // The same prompt twice: with one rank the second reuses it, with two ranks it lands on
+    // the other rank's empty cache.
+    let rows = Rows::new(4, &[(0.0, 8, 1, &[1, 2]), (100.0, 8, 1, &[1, 2])]);
+    let mut c = small(100, 64);
+    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 8]);
+    c.engine.data_parallel_size = 2;
+    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 0]);
+}
+
+#[test]
+fn gpu_hours_count_tp_times_dp_per_worker() {
+    let rows = Rows::new(4, &[(0.0, 4, 2, &[1])]);
+    let mut c = small(100, 64);
+    c.cluster.num_workers = 3;
+    c.engine.tensor_parallel_size = 2;
+    c.engine.data_parallel_size = 2;
+    let r = rows.replay(&c);
+    assert_eq!(r.summary.num_gpus, 12);
+    // Prefill 10 ms + one 1 ms decode: 11 ms of 12 GPUs.
+    assert!((r.summary.gpu_hours - 12.0 * 11.0 / 3.6e6).abs() < 1e-15);
+}
+
+fn with_sessions<'a>(rows: &'a Rows, session: &'a [i64], delay: &'a [f64]) -> Workload<'a> {
+    Workload {
+        session: Some(session),
+        delay_ms: Some(delay),
+        ..rows.workload()
+    }
+}
+
+#[test]
+fn session_turns_wait_for_the_previous_turn() {
+    // Session 0: turns at t=0 and t=5 (timestamp gap 5 ms); the second turn is sent 5 ms after
+    // the first ends (10 + 1 = 11 ms), not at 5 ms. Session 1's turn 2 has an explicit 100 ms
+    // think time. Fixed timing: prefill 10, decode 1.
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 4, 2, &[1]),
+            (0.0, 4, 2, &[2]),
+            (5.0, 4, 2, &[3]),
+            (5.0, 4, 2, &[4]),
+        ],
+    );
+    let session = [0, 1, 0, 1];
+    let delay = [f64::NAN, f64::NAN, f64::NAN, 100.0];
+    let r = replay(
+        &with_sessions(&rows, &session, &delay),
+        &small(100, 64),
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 16.0, 111.0]);
+    // Each turn's TTFT counts from when it was sent.
+    assert_eq!(r.derived.ttft_ms, [10.0, 10.0, 10.0, 10.0]);
+}
+
+#[test]
+fn session_turn_after_a_rejected_turn_still_goes() {
+    let rows = Rows::new(4, &[(0.0, 64, 1, &[1; 16]), (3.0, 4, 1, &[2])]);
+    let session = [7, 7];
+    let delay = [f64::NAN, f64::NAN];
+    let r = replay(&with_sessions(&rows, &session, &delay), &small(4, 64), None).unwrap();
+    assert_eq!(
+        r.records.status,
+        [Status::Rejected as u8, Status::Completed as u8]
+    );
+    // Rejected at 0: the next turn goes 3 ms later (the timestamp gap).
+    assert_eq!(r.records.arrival_ms[1], 3.0);
+}
+
+#[test]
+fn closed_loop_keeps_concurrency_and_ignores_timestamps() {
+    // Concurrency 2, five one-token requests far apart in the trace: two start at 0, each
+    // completion (10 ms prefill) starts the next at once.
+    let rows: Vec<(f64, u32, u32, &[u64])> = (0..5)
+        .map(|i| (f64::from(i) * 1000.0, 4, 1, &[9u64][..]))
+        .collect();
+    let rows = Rows::new(4, &rows);
+    let mut c = small(100, 64);
+    c.cluster.concurrency = Some(2);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 10.0, 10.0, 10.0]);
+    // Requests 2 and 3 are fully cached by then (same prompt): 0 ms passes.
+    assert_eq!(r.records.first_token_ms, [10.0, 10.0, 10.0, 10.0, 10.0]);
+}
+
+#[test]
+fn kv_aware_routing_follows_the_cached_prefix() {
+    // Four workers. Request 0 warms worker 0 with a 4-block prefix; request 1, arriving after
+    // it finished, shares the prefix: kv_aware sends it to worker 0, round robin to worker 1.
+    let rows = Rows::new(
+        4,
+        &[(0.0, 16, 1, &[1, 2, 3, 4]), (100.0, 16, 1, &[1, 2, 3, 4])],
+    );
+    let mut c = small(100, 64);
+    c.cluster.num_workers = 4;
+    assert_eq!(rows.replay(&c).records.worker, [0, 1]);
+    c.cluster.router = dynosim_core::config::RouterMode::KvAware;
+    let r = rows.replay(&c);
+    assert_eq!(r.records.worker, [0, 0]);
+    assert_eq!(r.records.reused_tokens, [0, 16]);
+}
+
+#[test]
+fn random_router_is_seeded() {
+    let rows: Vec<(f64, u32, u32, &[u64])> =
+        (0..50).map(|i| (f64::from(i), 4, 1, &[7u64][..])).collect();
+    let rows = Rows::new(4, &rows);
+    let mut c = small(100, 64);
+    c.cluster.num_workers = 4;
+    c.cluster.router = dynosim_core::config::RouterMode::Random;
+    let a = rows.replay(&c).records.worker;
+    assert_eq!(a, rows.replay(&c).records.worker);
+    c.cluster.router_seed = 1;
+    assert_ne!(a, rows.replay(&c).records.worker);
+    assert!((0..4).all(|w| a.contains(&w)));
+}
+
+fn arb_sessions() -> impl Strategy<Value = Vec<(u32, u32, u32, i64, u8)>> {
+    // (gap ms, prompt, output, session or -1, delay in ms (255: none))
+    prop::collection::vec((0u32..30, 1u32..40, 1u32..10, -1i64..4, 0u8..=255), 1..30)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Closed loop never has more than `concurrency` sessions in flight, a session's turns
+    /// never overlap and keep their order, and every request ends.
+    #[test]
+    fn sessions_and_concurrency_hold(rows in arb_sessions(), limit in 1u32..4,
+                                     closed in any::<bool>(), workers in 1u32..3) {
+        let mut t = 0.0;
+        let mut table = Vec::new();
+        let (mut session, mut delay) = (Vec::new(), Vec::new());
+        for (k, &(gap, input, output, s, d)) in rows.iter().enumerate() {
+            if k > 0 {
+                t += f64::from(gap);
+            }
+            table.push((t, input, output, vec![k as u64; input.div_ceil(4) as usize]));
+            session.push(s);
+            delay.push(if d == 255 { f64::NAN } else { f64::from(d) });
+        }
+        let refs: Vec<(f64, u32, u32, &[u64])> =
+            table.iter().map(|(t, i, o, h)| (*t, *i, *o, h.as_slice())).collect();
+        let rows = Rows::new(4, &refs);
+        let mut c = small(30, 16);
+        c.cluster.num_workers = workers;
+        if closed {
+            c.cluster.concurrency = Some(limit);
+        }
+        let w = with_sessions(&rows, &session, &delay);
+        let r = replay(&w, &c, None).unwrap();
+        let rec = &r.records;
+        let n = rows.arrival.len();
+        prop_assert_eq!(r.summary.completed_requests + r.summary.rejected_requests, n as u64);
+        // When each request stopped occupying its session (rejected: at once).
+        let end = |i: usize| if rec.status[i] == Status::Completed as u8 {
+            rec.last_token_ms[i]
+        } else {
+            rec.arrival_ms[i]
+        };
+        let (next, _) = w.session_turns();
+        for (i, &j) in next.iter().enumerate().filter(|(_, &j)| j != u32::MAX) {
+            let j = j as usize;
+            prop_assert!(rec.arrival_ms[j] >= end(i), "turn {} sent before turn {} ended", j, i);
+        }
+        if closed {
+            // Sessions in flight at every send instant stay within the limit.
+            let first = |i: usize| (0..i).all(|k| next[k] as usize != i);
+            let mut spans: Vec<(f64, f64)> = Vec::new();
+            for i in (0..n).filter(|&i| first(i)) {
+                let mut last = i;
+                while next[last] != u32::MAX {
+                    last = next[last] as usize;
+                }
+                spans.push((rec.arrival_ms[i], end(last)));
+            }
+            for &(start, _) in &spans {
+                let open = spans.iter().filter(|&&(s, e)| s <= start && start < e).count();
+                prop_assert!(open <= limit as usize, "{} sessions open at {}", open, start);
+            }
+        }
     }
 }

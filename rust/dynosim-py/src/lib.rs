@@ -95,7 +95,7 @@ fn max_min_rates<'py>(
 
 /// Replay a columnar workload; see `dynosim.replay` for the public API.
 #[pyfunction]
-#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, config_json, progress=None))]
+#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, config_json, progress=None, session=None, delay_ms=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -107,6 +107,8 @@ fn replay<'py>(
     trace_block_size: u32,
     config_json: &str,
     progress: Option<PyRef<'py, Progress>>,
+    session: Option<PyReadonlyArray1<'py, i64>>,
+    delay_ms: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
     let workload = Workload {
@@ -116,6 +118,8 @@ fn replay<'py>(
         hash_offsets: hash_offsets.as_slice()?,
         hash_ids: hash_ids.as_slice()?,
         trace_block_size,
+        session: session.as_ref().map(|a| a.as_slice()).transpose()?,
+        delay_ms: delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
     };
     let counter = progress.map(|p| p.done.clone());
     let outcome = py.detach(|| {

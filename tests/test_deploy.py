@@ -1,0 +1,508 @@
+"""Rendering candidates as DGD manifests with AIConfigurator's real generator, and the lowering."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+import dynosim
+from dynosim import (
+    Candidate,
+    ConfigError,
+    ManifestError,
+    MissingExtraError,
+    RenderOptions,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadError,
+    lower_workload,
+    render_dgd,
+    validate_manifest,
+)
+from dynosim.cli import EXIT_BAD_INPUT, main
+
+#: Backend versions AIC 0.12's runtime matrix pairs with Dynamo 1.2.0; each has its own
+#: config template in AIC (cli_args.0.20.1, cli_args.0.5.11, extra_engine_args.1.3.0rc14).
+DYNAMO = "1.2.0"
+VERSIONS = {"vllm": "0.20.1", "sglang": "0.5.11", "trtllm": "1.3.0rc14"}
+OPTIONS = RenderOptions(dynamo_version=DYNAMO)
+SYNTH = SyntheticWorkload(isl=4000, osl=500, count=100, rate=2.0)
+
+
+@pytest.fixture
+def aic() -> Any:
+    """AIC's generator API; the render tests need the aic extra."""
+    return pytest.importorskip("aiconfigurator.generator.api")
+
+
+def candidate(backend: str, mode: str, **over: Any) -> Candidate:
+    data: dict[str, Any] = {
+        "mode": mode,
+        "model": "Qwen/Qwen3-32B",
+        "system": "h200_sxm",
+        "backend": backend,
+        "backend_version": VERSIONS[backend],
+        "block_size": 32,
+    }
+    if mode == "agg":
+        data["agg"] = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
+    else:
+        data["prefill"] = {"replicas": 2, "tensor_parallel_size": 2, "max_batch_size": 4}
+        data["decode"] = {
+            "replicas": 1,
+            "tensor_parallel_size": 2,
+            "pipeline_parallel_size": 2,
+            "max_batch_size": 128,
+        }
+    return Candidate.model_validate({**data, **over})
+
+
+def dgd(text: str) -> dict[str, Any]:
+    (doc,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "DynamoGraphDeployment"]
+    return doc
+
+
+def launch(svc: dict[str, Any]) -> str:
+    """A worker's command line as one string (for vLLM the argv, else the launch script)."""
+    container = svc["extraPodSpec"]["mainContainer"]
+    return " ".join(container.get("command", []) + container.get("args", []))
+
+
+def expect_engine(backend: str, text: str, block: int, ctx: int, batch: int) -> None:
+    """Check a launch command carries the settings, read without dynosim's validator."""
+    forms = {
+        "vllm": ("--block-size {}", "--max-model-len {}", "--max-num-seqs {}"),
+        "sglang": ('--page-size "{}"', '--context-length "{}"', '--max-running-requests "{}"'),
+        "trtllm": ("tokens_per_block: {}", "max_seq_len: {}", "max_batch_size: {}"),
+    }[backend]
+    for form, value in zip(forms, (block, ctx, batch), strict=True):
+        assert form.format(value) in text, (form, value)
+
+
+# --- the 24 real renders ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode", "block", "ctx"),
+    list(itertools.product(VERSIONS, ["agg", "disagg"], [32, 64], [None, 10000])),
+)
+def test_real_render_validates_against_its_candidate(aic, backend, mode, block, ctx):
+    cand = candidate(backend, mode, block_size=block, context_length=ctx)
+    rendered = render_dgd(cand, SYNTH, OPTIONS)
+    want_ctx = ctx if ctx is not None else SYNTH.isl + SYNTH.osl
+    assert rendered.deployed.context_length == want_ctx
+    assert rendered.deployed.model_dump() == {**cand.model_dump(), "context_length": want_ctx}
+    assert rendered.validate() == []
+    assert validate_manifest(rendered.text, rendered.deployed) == []
+    # Read the manifest directly too, so a lenient validator cannot hide a wrong render.
+    doc = dgd(rendered.text)
+    assert doc["metadata"]["name"] == f"dynosim-{mode}"
+    assert "namespace" not in doc["metadata"]
+    services = doc["spec"]["services"]
+    prefix = {"vllm": "Vllm", "sglang": "SGLang", "trtllm": "TRTLLM"}[backend]
+    suffix = {"agg": "Worker", "prefill": "PrefillWorker", "decode": "DecodeWorker"}
+    names = {role: prefix + suffix[role] for role in cand.roles()}
+    assert sorted(services) == sorted(["Frontend", *names.values()])
+    for role, spec in cand.roles().items():
+        svc = services[names[role]]
+        assert svc["replicas"] == spec.replicas
+        assert svc["resources"]["limits"]["gpu"] == str(spec.gpus_per_worker)
+        assert f"runtime:{DYNAMO}" in svc["extraPodSpec"]["mainContainer"]["image"]
+        expect_engine(backend, launch(svc), block, want_ctx, spec.max_batch_size)
+        if backend == "trtllm":  # dynosim simulates prefix sharing; AIC's default is off
+            assert "enable_block_reuse: True" in launch(svc)
+
+
+def test_render_returns_exactly_what_aic_returned(aic, monkeypatch):
+    seen: dict[str, Any] = {}
+    real = aic.generate_backend_artifacts
+
+    def spy(params, backend, **kwargs):
+        seen.update(params=params, backend=backend, kwargs=kwargs)
+        seen["artifacts"] = real(params, backend, **kwargs)
+        return seen["artifacts"]
+
+    monkeypatch.setattr(aic, "generate_backend_artifacts", spy)
+    rendered = render_dgd(candidate("trtllm", "disagg", context_length=6000), SYNTH, OPTIONS)
+    assert rendered.text is seen["artifacts"]["k8s_deploy.yaml"]
+    assert rendered.artifacts == seen["artifacts"]
+    assert seen["kwargs"] == {"backend_version": "1.3.0rc14"}
+    params = seen["params"]
+    assert params["preserve_engine_limits"] is True
+    assert params["SlaConfig"] == {"isl": 4000, "osl": 500}
+    for role, replicas, batch in (("prefill", 2, 4), ("decode", 1, 128)):
+        role_params = params["params"][role]
+        assert role_params["max_seq_len"] == 6000
+        assert role_params["max_batch_size"] == batch
+        assert role_params["tokens_per_block"] == 32
+        assert role_params["pipeline_parallel_size"] == (1 if role == "prefill" else 2)
+        assert params["WorkerConfig"][f"{role}_workers"] == replicas
+
+
+def test_trtllm_transfer_buffer_holds_the_longest_prompt_in_whole_blocks(aic):
+    for block, buffer in ((32, 4000), (64, 4032)):  # 4000 tokens: 125 or 62.5 -> 63 blocks
+        rendered = render_dgd(candidate("trtllm", "disagg", block_size=block), SYNTH, OPTIONS)
+        engine = rendered.artifacts["extra_engine_args_prefill.yaml"]
+        assert f"max_tokens_in_buffer: {buffer}" in engine
+        assert "cache_transceiver_config" in launch(
+            dgd(rendered.text)["spec"]["services"]["TRTLLMDecodeWorker"]
+        )
+
+
+# --- trace and synthetic agree ----------------------------------------------------------------
+
+
+def _without_transfer_buffer(text: str) -> tuple[list[Any], int]:
+    """The manifest's documents with TensorRT-LLM's max_tokens_in_buffer lines removed."""
+    removed = 0
+
+    def scrub(node: Any) -> Any:
+        nonlocal removed
+        if isinstance(node, dict):
+            return {k: scrub(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [scrub(v) for v in node]
+        if isinstance(node, str):
+            node, n = re.subn(r"\n[ \t]*max_tokens_in_buffer:[^\n]*", "", node)
+            removed += n
+        return node
+
+    return [scrub(d) for d in yaml.safe_load_all(text)], removed
+
+
+@pytest.mark.parametrize(("backend", "mode"), list(itertools.product(VERSIONS, ["agg", "disagg"])))
+def test_uniform_trace_renders_the_same_dgd_as_synthetic(aic, columns, backend, mode):
+    isl, osl = 3000, 700
+    rows = [(t * 250.0, isl, osl, list(range(t * 6, t * 6 + 6))) for t in range(40)]
+    trace = TraceWorkload.from_columns(columns(rows))
+    synth = SyntheticWorkload(isl=isl, osl=osl, count=40, rate=4.0)
+    cand = candidate(backend, mode)
+    from_trace = render_dgd(cand, trace, OPTIONS)
+    from_synth = render_dgd(cand, synth, OPTIONS)
+    assert from_trace.lowered.context_length == isl + osl
+    assert from_trace.validate() == [] and from_synth.validate() == []
+    if backend != "trtllm":
+        assert from_trace.text == from_synth.text
+        return
+    trace_docs, removed = _without_transfer_buffer(from_trace.text)
+    synth_docs, _ = _without_transfer_buffer(from_synth.text)
+    assert trace_docs == synth_docs
+    assert removed == (2 if mode == "disagg" else 0)  # the scrub really ran on disagg
+
+
+def test_trace_file_and_synthetic_agree_through_the_cli(aic, tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": t * 100,
+                    "input_length": 900,
+                    "output_length": 90,
+                    "hash_ids": [t, t + 1],
+                }
+            )
+            + "\n"
+            for t in range(5)
+        )
+    )
+    cand = tmp_path / "candidate.yaml"
+    cand.write_text(yaml.safe_dump(candidate("vllm", "disagg").model_dump(exclude_none=True)))
+    common = ["render", "--candidate", str(cand), "--dynamo-version", DYNAMO]
+    assert main([*common, "--trace", str(trace), "-o", str(tmp_path / "a")]) == 0
+    assert main([*common, "--isl", "900", "--osl", "90", "-o", str(tmp_path / "b")]) == 0
+    a = (tmp_path / "a" / "k8s_deploy.yaml").read_bytes()
+    assert a == (tmp_path / "b" / "k8s_deploy.yaml").read_bytes()
+    assert "--max-model-len 990" in launch(dgd(a.decode())["spec"]["services"]["VllmDecodeWorker"])
+    out = capsys.readouterr().out
+    assert "k8s_deploy.yaml is valid and deploys the disagg vllm candidate" in out
+
+
+# --- lowering ---------------------------------------------------------------------------------
+
+
+def test_lowering_a_synthetic_workload_uses_its_lengths():
+    lowered = lower_workload(SYNTH)
+    assert (lowered.kind, lowered.isl, lowered.osl) == ("synthetic", 4000, 500)
+    assert (lowered.context_length, lowered.longest_prompt, lowered.requests) == (4500, 4000, 100)
+    assert lower_workload(SYNTH, context_length=8192).context_length == 8192
+
+
+def test_lowering_a_trace_uses_mean_lengths_and_its_longest_request(columns):
+    rows = [(0.0, 100, 10, [1]), (5.0, 300, 50, [2]), (9.0, 1000, 41, [3, 4])]
+    lowered = lower_workload(TraceWorkload.from_columns(columns(rows, 512)))
+    # Means 466.67 and 33.67 round to 467 and 34; the longest request is 1000 + 41 tokens.
+    assert (lowered.kind, lowered.isl, lowered.osl) == ("trace", 467, 34)
+    assert (lowered.context_length, lowered.longest_request) == (1041, 1041)
+    assert (lowered.longest_prompt, lowered.requests) == (1000, 3)
+    halves = [(0.0, 1, 1, [1]), (1.0, 2, 2, [2])]  # means 1.5: rounded half up, to 2
+    assert lower_workload(TraceWorkload.from_columns(columns(halves))).isl == 2
+
+
+def test_lowering_the_real_trace_matches_its_rows(real_trace):
+    path = real_trace("mooncake_conversation.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    prompts = np.array([r["input_length"] for r in rows])
+    outputs = np.array([r["output_length"] for r in rows])
+    lowered = lower_workload(dynosim.load_trace(path))
+    assert lowered.context_length == int((prompts + outputs).max())
+    assert lowered.isl == int(np.floor(prompts.mean() + 0.5))
+    assert lowered.osl == int(np.floor(outputs.mean() + 0.5))
+    assert lowered.requests == len(rows)
+
+
+def test_real_trace_renders_with_context_length_from_its_longest_request(aic, real_trace):
+    trace = dynosim.load_trace(real_trace("mooncake_conversation.jsonl"))
+    rendered = render_dgd(candidate("sglang", "agg"), trace, OPTIONS)
+    longest = rendered.lowered.longest_request
+    assert f'--context-length "{longest}"' in launch(
+        dgd(rendered.text)["spec"]["services"]["SGLangWorker"]
+    )
+    assert rendered.validate() == []
+    with pytest.raises(ConfigError) as err:
+        render_dgd(candidate("sglang", "agg", context_length=10000), trace, OPTIONS)
+    over = int(
+        (
+            trace.columns().input_length.astype(np.int64) + trace.columns().output_length > 10000
+        ).sum()
+    )
+    assert str(err.value) == (
+        f"candidate.context_length 10000 is shorter than the longest request of the trace "
+        f"workload ({longest} tokens, prompt plus output); the deployment would reject "
+        f"{over} of {len(trace.columns())} requests that the simulation served"
+    )
+
+
+def test_a_trace_workload_with_isl_or_osl_is_refused_by_the_workload_rule(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n')
+    with pytest.raises(WorkloadError, match=r"remove workload\.isl, workload\.osl$"):
+        render_dgd(
+            candidate("vllm", "agg"),
+            {"kind": "trace", "path": str(trace), "isl": 8, "osl": 2},
+            OPTIONS,
+        )
+    with pytest.raises(WorkloadError, match=r"workload\.kind: expected 'trace' or 'synthetic'"):
+        lower_workload({"isl": 8, "osl": 2})
+
+
+def test_cli_refuses_a_trace_with_fixed_lengths_and_a_missing_workload(tmp_path, capsys):
+    cand = tmp_path / "c.yaml"
+    cand.write_text(yaml.safe_dump(candidate("vllm", "agg").model_dump(exclude_none=True)))
+    out = ["-o", str(tmp_path / "out")]
+    argv = ["render", "--candidate", str(cand), "--trace", "t.jsonl", "--osl", "5", *out]
+    assert main(argv) == EXIT_BAD_INPUT
+    assert "a trace workload has no fixed request length; remove --osl" in capsys.readouterr().err
+    assert main(["render", "--candidate", str(cand), "--isl", "5", *out]) == EXIT_BAD_INPUT
+    assert "--trace FILE, or both --isl N and --osl N" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# --- failures AIC would only log, and input AIC cannot render ---------------------------------
+
+
+def test_missing_manifest_artifact_fails_loudly(aic, monkeypatch):
+    def stand_in(params, backend, **kwargs):
+        logging.getLogger("aiconfigurator.generator.rendering.engine").warning(
+            "Failed to build k8s_deploy.yaml: stand-in failure"
+        )
+        return {"cli_args_agg": "--block-size 32", "run_0.sh": "#!/bin/sh\n"}
+
+    monkeypatch.setattr(aic, "generate_backend_artifacts", stand_in)
+    with pytest.raises(ManifestError) as err:
+        render_dgd(candidate("vllm", "agg"), SYNTH, OPTIONS)
+    assert str(err.value) == (
+        "AIC generator did not return k8s_deploy.yaml (AIC logged: warning: Failed to build "
+        "k8s_deploy.yaml: stand-in failure)"
+    )
+
+
+def test_an_exception_inside_aic_is_named(aic, monkeypatch):
+    def broken(params, backend, **kwargs):
+        raise KeyError("tensor_parallel_size")
+
+    monkeypatch.setattr(aic, "generate_backend_artifacts", broken)
+    with pytest.raises(ManifestError) as err:
+        render_dgd(candidate("sglang", "disagg"), SYNTH, OPTIONS)
+    assert str(err.value) == (
+        "AIC generator failed for the disagg sglang 0.5.11 candidate: "
+        "KeyError: 'tensor_parallel_size'"
+    )
+
+
+def test_without_aic_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aiconfigurator.generator.api", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'dynosim\[aic\]'"):
+        render_dgd(candidate("vllm", "agg"), SYNTH, OPTIONS)
+
+
+def test_backend_version_must_be_what_the_dynamo_release_ships(aic):
+    with pytest.raises(ConfigError) as err:
+        render_dgd(candidate("vllm", "agg", backend_version="0.24.0"), SYNTH, OPTIONS)
+    assert str(err.value).startswith(
+        "candidate.backend_version 0.24.0 is not the vllm that Dynamo 1.2.0 ships (0.20.1)"
+    )
+    image = "registry.example.com/dynamo/vllm-runtime:custom"
+    rendered = render_dgd(
+        candidate("vllm", "agg", backend_version="0.24.0"),
+        SYNTH,
+        RenderOptions(dynamo_version=DYNAMO, image=image),
+    )
+    worker = dgd(rendered.text)["spec"]["services"]["VllmWorker"]
+    assert worker["extraPodSpec"]["mainContainer"]["image"] == image
+
+
+def test_unknown_system_and_dynamo_release_are_config_errors(aic):
+    with pytest.raises(ConfigError, match=r"candidate\.system 'h999': not a system AIC knows"):
+        render_dgd(candidate("vllm", "agg", system="h999"), SYNTH, OPTIONS)
+    with pytest.raises(ConfigError, match=r"options\.dynamo_version '0\.0\.1': .*Supported"):
+        render_dgd(candidate("vllm", "agg"), SYNTH, {"dynamo_version": "0.0.1"})
+
+
+def test_options_name_the_graph_and_namespace(aic):
+    options = RenderOptions(dynamo_version=DYNAMO, name_prefix="team-a", namespace="serving")
+    rendered = render_dgd(candidate("sglang", "disagg"), SYNTH, options)
+    assert dgd(rendered.text)["metadata"] == {"name": "team-a-disagg", "namespace": "serving"}
+    assert rendered.validate() == []
+
+
+def test_a_worker_wider_than_a_node_spans_nodes(aic):
+    cand = candidate(
+        "vllm",
+        "agg",
+        agg={
+            "replicas": 1,
+            "tensor_parallel_size": 8,
+            "pipeline_parallel_size": 2,
+            "max_batch_size": 64,
+        },
+    )
+    rendered = render_dgd(cand, SYNTH, OPTIONS)  # h200_sxm: 8 GPUs per node, from AIC
+    worker = dgd(rendered.text)["spec"]["services"]["VllmWorker"]
+    assert worker["multinode"] == {"nodeCount": 2}
+    assert worker["resources"]["limits"]["gpu"] == "16"
+    assert rendered.validate() == []
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def test_write_keeps_every_artifact_byte_for_byte(aic, tmp_path):
+    rendered = render_dgd(candidate("trtllm", "disagg"), SYNTH, OPTIONS)
+    written = rendered.write(tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(rendered.artifacts)
+    for path in written:
+        assert path.read_text(encoding="utf-8") == rendered.artifacts[path.name]
+    assert (tmp_path / "out" / "k8s_deploy.yaml").read_text() == rendered.text
+    assert os.access(tmp_path / "out" / "run_0.sh", os.X_OK)
+    assert validate_manifest(tmp_path / "out" / "k8s_deploy.yaml", rendered.deployed) == []
+
+
+def test_cli_render_writes_and_validates(aic, tmp_path, capsys):
+    cand = tmp_path / "c.json"
+    cand.write_text(json.dumps(candidate("trtllm", "agg", context_length=8192).model_dump()))
+    out = tmp_path / "deploy"
+    argv = ["render", "--candidate", str(cand), "--isl", "2000", "--osl", "300", "-o", str(out)]
+    assert main([*argv, "--dynamo-version", DYNAMO, "--namespace", "ns1"]) == 0
+    captured = capsys.readouterr()
+    assert "deploys the agg trtllm candidate (context length 8192, Dynamo 1.2.0)" in captured.out
+    assert "dynosim: AIC warning:" in captured.err  # AIC's template notice is passed on
+    doc = dgd((out / "k8s_deploy.yaml").read_text())
+    assert doc["metadata"]["namespace"] == "ns1"
+    assert main(["validate", str(out / "k8s_deploy.yaml"), "--candidate", str(cand)]) == 0
+
+
+def test_cli_render_exits_1_when_what_it_wrote_does_not_deploy_the_candidate(
+    aic, monkeypatch, tmp_path, capsys
+):
+    real = aic.generate_backend_artifacts
+
+    def off_by_one(params, backend, **kwargs):  # a generator that miscounts the workers
+        artifacts = real(params, backend, **kwargs)
+        text = artifacts["k8s_deploy.yaml"].replace("replicas: 3", "replicas: 4")
+        return {**artifacts, "k8s_deploy.yaml": text}
+
+    monkeypatch.setattr(aic, "generate_backend_artifacts", off_by_one)
+    cand = tmp_path / "c.yaml"
+    cand.write_text(yaml.safe_dump(candidate("vllm", "agg").model_dump(exclude_none=True)))
+    out = tmp_path / "out"
+    argv = ["render", "--candidate", str(cand), "--isl", "100", "--osl", "10", "-o", str(out)]
+    assert main([*argv, "--dynamo-version", DYNAMO]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "spec.services.VllmWorker.replicas: expected 3 (candidate agg.replicas), got 4"
+    ]
+    assert "1 problem(s)" in captured.err
+    assert "replicas: 4" in (out / "k8s_deploy.yaml").read_text()  # written as AIC gave it
+
+
+def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys):
+    cand = tmp_path / "c.yaml"
+    data = candidate("sglang", "agg", backend_version="0.5.14").model_dump(exclude_none=True)
+    cand.write_text(yaml.safe_dump(data))
+    argv = ["render", "--candidate", str(cand), "--isl", "10", "--osl", "5", "-o", str(tmp_path)]
+    assert main([*argv, "--dynamo-version", DYNAMO]) == EXIT_BAD_INPUT
+    assert "is not the sglang that Dynamo 1.2.0 ships (0.5.11)" in capsys.readouterr().err
+    assert not (Path(tmp_path) / "k8s_deploy.yaml").exists()
+
+
+# --- the typed inputs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"agg": None}, "an agg candidate has an agg role: missing candidate.agg"),
+        (
+            {"mode": "disagg"},
+            "a disagg candidate has prefill and decode roles: missing candidate.prefill, "
+            "candidate.decode; remove candidate.agg",
+        ),
+        (
+            {
+                "backend": "trtllm",
+                "agg": {"replicas": 1, "data_parallel_size": 2, "max_batch_size": 8},
+            },
+            "candidate.agg.data_parallel_size: TensorRT-LLM has no separate data parallel size",
+        ),
+        ({"block_size": 0}, "candidate.block_size: Input should be greater than or equal to 1"),
+        ({"agg": {"replicas": "2", "max_batch_size": 8}}, "candidate.agg.replicas: Input should"),
+        ({"backend": "tgi"}, "candidate.backend: Input should be 'vllm', 'sglang' or 'trtllm'"),
+        ({"gpus": 8}, "candidate.gpus: unknown field"),
+        ({"model": ""}, "candidate.model: String should have at least 1 character"),
+    ],
+)
+def test_candidate_refuses_what_it_cannot_describe(changes, message):
+    data = {**candidate("vllm", "agg").model_dump(), **changes}
+    with pytest.raises(ConfigError) as err:
+        Candidate.model_validate(data)
+    assert str(err.value).startswith(message)
+
+
+def test_render_options_refuse_names_kubernetes_would_refuse():
+    with pytest.raises(ConfigError, match=r"options\.name_prefix: expected at most 56 lowercase"):
+        RenderOptions(name_prefix="My_Prefix")
+    with pytest.raises(ConfigError, match=r"options\.namespace: expected at most 63 lowercase"):
+        RenderOptions(namespace="x" * 70)
+    with pytest.raises(ConfigError, match=r"options\.gpus_per_node: Input should be greater"):
+        RenderOptions(gpus_per_node=0)
+
+
+def test_load_candidate_names_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("- not\n- a mapping\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: a candidate must be a mapping, got list"):
+        dynosim.load_candidate(path)
+    path.write_text(yaml.safe_dump({**candidate("vllm", "agg").model_dump(), "mode": "mixed"}))
+    with pytest.raises(ConfigError, match=r"c\.yaml: candidate\.mode: Input should be 'agg'"):
+        dynosim.load_candidate(path)

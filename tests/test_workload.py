@@ -19,9 +19,13 @@ from hypothesis import strategies as st
 
 from dynosim.errors import WorkloadError
 from dynosim.workload import (
+    EmpiricalLength,
+    LognormalLength,
+    NormalLength,
     SyntheticWorkload,
     TraceColumns,
     TraceWorkload,
+    UniformLength,
     Workload,
     load_trace,
 )
@@ -170,6 +174,9 @@ def test_aliases_load_like_canonical_names(tmp_path):
     b = load_trace(write_rows(tmp_path / "aliased.jsonl", aliased)).columns()
     assert_same_columns(a, b)
     assert requests(a) == [(0.0, 1000, 7, [3, 4]), (4.5, 10, 1, [3])]
+    # The session_id makes the two rows turns of one session; the canonical file has none.
+    assert a.session is None and a.delay_ms is None and a.num_sessions == 0
+    assert b.session.tolist() == [0, 0] and np.isnan(b.delay_ms).all() and b.num_sessions == 1
 
 
 def test_field_and_alias_together_is_an_error(tmp_path):
@@ -250,6 +257,56 @@ MALFORMED_JSONL = {
         ["field 'timestamp'", "got NaN"],
     ),
     "blank lines still count": ("\n\n" + json.dumps(row(input_length=-7)), 4, ["got -7"]),
+    "float session_id": (
+        json.dumps(row(session_id=1.5)),
+        2,
+        ["field 'session_id': expected an integer or a string, got 1.5"],
+    ),
+    "bool session_id": (json.dumps(row(session_id=True)), 2, ["field 'session_id'", "got true"]),
+    "list session_id": (json.dumps(row(session_id=[1])), 2, ["field 'session_id'", "got [1]"]),
+    "negative delay": (
+        json.dumps(row(session_id="s", delay=-1)),
+        2,
+        ["field 'delay': expected a finite non-negative number of ms, got -1"],
+    ),
+    "string delay_ms": (
+        json.dumps(row(session_id="s", delay_ms="5")),
+        2,
+        ["field 'delay_ms': expected a finite non-negative number of ms, got \"5\""],
+    ),
+    "bool delay": (json.dumps(row(session_id="s", delay=True)), 2, ["field 'delay'", "got true"]),
+    "NaN delay": (
+        '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1], '
+        '"session_id": 3, "delay_ms": NaN}',
+        2,
+        ["field 'delay_ms'", "got NaN"],
+    ),
+    "infinite delay": (
+        '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1], '
+        '"session_id": 3, "delay": Infinity}',
+        2,
+        ["field 'delay'", "got Infinity"],
+    ),
+    "delay without session": (
+        json.dumps(row(delay_ms=250)),
+        2,
+        ["field 'delay_ms': a delay applies between turns of a session", "no 'session_id'", "250"],
+    ),
+    "null session with delay": (
+        json.dumps(row(session_id=None, delay=7.5)),
+        2,
+        ["field 'delay'", "no 'session_id'", "got 7.5"],
+    ),
+    "delay and its alias": (
+        json.dumps(row(session_id="s", delay=1, delay_ms=1)),
+        2,
+        ["field 'delay_ms' is given twice", "'delay'"],
+    ),
+    "delay on a first turn": (
+        json.dumps(row(session_id="chat-9", delay=40)),
+        2,
+        ["field 'delay_ms' (or 'delay')", 'first turn of session "chat-9"', "got 40.0"],
+    ),
 }
 
 
@@ -658,3 +715,517 @@ def test_jsonl_round_trip(tmp_path_factory, case):
     assert requests(cols) == expected
     assert cols.trace_block_size == block
     assert_well_formed(cols)
+
+
+# Sessions in Mooncake traces
+
+
+def assert_same_sessions(cols: TraceColumns, session: list[int], delay: list[float]) -> None:
+    assert cols.session is not None and cols.delay_ms is not None
+    assert cols.session.dtype == np.int64 and cols.delay_ms.dtype == np.float64
+    assert cols.session.flags.c_contiguous and cols.delay_ms.flags.c_contiguous
+    assert cols.session.tolist() == session
+    np.testing.assert_array_equal(cols.delay_ms, np.array(delay, dtype=np.float64))
+
+
+def test_sessions_are_numbered_by_first_appearance(tmp_path):
+    nan = math.nan
+    rows = [
+        row(timestamp=0, session_id="chat-b"),
+        row(timestamp=1),  # no session
+        row(timestamp=2, session_id=17),
+        row(timestamp=3, session_id="chat-b", delay=1500),  # `delay` is `delay_ms`'s alias
+        row(timestamp=4, session_id="17"),  # a string, so not session 17
+        row(timestamp=5, session_id=17, delay_ms=0.25),
+        row(timestamp=6, session_id="chat-b"),  # no delay: the timestamp gap applies
+        row(timestamp=7, session_id=None, delay=None),  # null counts as absent
+        row(timestamp=8, session_id=17, delay_ms=0),
+    ]
+    cols = load_trace(write_rows(tmp_path / "chat.jsonl", rows)).columns()
+    assert_same_sessions(
+        cols, [0, -1, 1, 0, 2, 1, 0, -1, 1], [nan, nan, nan, 1500.0, nan, 0.25, nan, nan, 0.0]
+    )
+    assert cols.num_sessions == 3
+    assert cols.arrival_ms.tolist() == [float(t) for t in range(9)]
+    assert_well_formed(cols)
+
+
+def test_session_turns_follow_the_stable_timestamp_sort(tmp_path):
+    nan = math.nan
+    rows = [
+        row(timestamp=50, session_id="late", input_length=1),
+        row(timestamp=10, session_id="a", input_length=2),
+        row(timestamp=30, session_id="a", delay_ms=5, input_length=3),
+        row(timestamp=20, session_id="a", delay_ms=7, input_length=4),  # turn 2 after sorting
+        row(timestamp=30, session_id="late", input_length=5),  # now the first turn of "late"
+        row(timestamp=10, input_length=6),
+    ]
+    with pytest.warns(UserWarning, match="5 of 6 rows"):
+        cols = load_trace(write_rows(tmp_path / "turns.jsonl", rows)).columns()
+    # Arrival order: t=10 (rows 1, 5), 20 (row 3), 30 (rows 2, 4), 50 (row 0).
+    assert cols.input_length.tolist() == [2, 6, 4, 3, 5, 1]
+    assert_same_sessions(cols, [0, -1, 0, 0, 1, 1], [nan, nan, 7.0, 5.0, nan, nan])
+
+
+def test_a_delay_is_an_error_on_the_turn_the_sort_makes_first(tmp_path):
+    rows = [
+        row(timestamp=10, session_id=4),
+        row(timestamp=0),
+        row(timestamp=5, session_id=4, delay_ms=2.5),
+    ]
+    with pytest.warns(UserWarning), pytest.raises(WorkloadError) as info:
+        load_trace(write_rows(tmp_path / "first.jsonl", rows))
+    assert str(info.value).startswith(f"{tmp_path / 'first.jsonl'}:3: field 'delay_ms'")
+    assert "first turn of session 4" in str(info.value) and "got 2.5" in str(info.value)
+
+
+def test_traces_without_sessions_have_no_session_columns(real_trace, tmp_path):
+    cols = load_trace(real_trace("mooncake_conversation.jsonl")).columns()
+    assert cols.session is None and cols.delay_ms is None and cols.num_sessions == 0
+    azure = load_trace(write(tmp_path / "a.csv", [AZURE_HEADER, GOOD_CSV_ROW])).columns()
+    assert azure.session is None and azure.delay_ms is None
+
+
+def test_session_columns_round_trip_through_columns():
+    cols = small_columns(
+        session=np.array([0, -1, 0], dtype=np.int64), delay_ms=np.array([np.nan, np.nan, 3.0])
+    )
+    assert cols.num_sessions == 1
+    assert TraceWorkload.from_columns(cols).columns().session is cols.session
+    none = small_columns(
+        session=np.full(3, -1, dtype=np.int64), delay_ms=np.full(3, np.nan, dtype=np.float64)
+    )
+    assert none.num_sessions == 0
+    with pytest.raises(WorkloadError, match=r"session\[2\]"):
+        dataclasses.replace(cols, session=np.array([0, -1, 2], dtype=np.int64))
+
+
+NAN3 = np.full(3, np.nan)
+
+
+@pytest.mark.parametrize(
+    ("session", "delay", "fragment"),
+    [
+        (np.zeros(3, dtype=np.int64), None, "TraceColumns.delay_ms: expected an array"),
+        (None, NAN3, "TraceColumns.session: expected an array"),
+        (np.zeros(3, dtype=np.int32), NAN3, "TraceColumns.session: expected a 1-D int64"),
+        ([0, 0, 0], NAN3, "TraceColumns.session: expected a numpy array"),
+        (np.zeros(3, dtype=np.int64), NAN3.astype(np.float32), "delay_ms: expected a 1-D float64"),
+        (np.zeros(2, dtype=np.int64), NAN3, "TraceColumns.session: expected 3 values"),
+        (np.zeros(3, dtype=np.int64), np.full(4, np.nan), "delay_ms: expected 3 values"),
+        (np.zeros(6, dtype=np.int64)[::2], NAN3, "C-contiguous"),
+        (np.array([1, 0, 0]), NAN3, "session[0]"),  # numbering starts at 0
+        (np.array([0, 2, 1]), NAN3, "session[1]"),  # not dense in order of first appearance
+        (np.array([0, -2, 0]), NAN3, "session[1]"),
+        (np.zeros(3, dtype=np.int64), np.array([np.nan, -1.0, np.nan]), "delay_ms[1]"),
+        (np.zeros(3, dtype=np.int64), np.array([np.nan, np.inf, np.nan]), "delay_ms[1]"),
+        (np.array([0, -1, 0]), np.array([np.nan, 1.0, np.nan]), "request 1 has no session"),
+        (np.array([0, 1, 0]), np.array([np.nan, 2.0, 3.0]), "first turn of session 1"),
+    ],
+)
+def test_trace_columns_validate_sessions(session, delay, fragment):
+    with pytest.raises(WorkloadError) as info:
+        small_columns(session=session, delay_ms=delay)
+    assert fragment in str(info.value)
+
+
+# Synthetic workloads: lengths, arrivals, size, prefix groups
+
+DISTRIBUTIONS = [
+    # (spec, mean of the lengths it gives, standard deviation)
+    ({"dist": "normal", "mean": 1000.0, "std": 200.0}, 1000.0, 200.0),
+    # Mean 2000 tokens: mu = ln(2000) - 1/2; the std is mean * sqrt(e - 1).
+    ({"dist": "lognormal", "mean": 2000.0, "sigma": 1.0}, 2000.0, 2000.0 * math.sqrt(math.e - 1)),
+    ({"dist": "uniform", "low": 100, "high": 300}, 200.0, math.sqrt((201**2 - 1) / 12)),
+    ({"dist": "empirical", "values": [10, 20, 60]}, 30.0, math.sqrt(1400 / 3)),
+]
+
+
+@pytest.mark.parametrize(("spec", "mean", "std"), DISTRIBUTIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize("field", ["isl", "osl"])
+def test_length_distributions_give_the_asked_mean(spec, mean, std, field):
+    fixed = {"isl": 500, "osl": 50}
+    work = SyntheticWorkload(**{**fixed, field: spec}, count=100_000, rate=10.0, seed=5)
+    cols = work.columns()
+    lengths = (cols.input_length if field == "isl" else cols.output_length).astype(np.float64)
+    other = cols.output_length if field == "isl" else cols.input_length
+    assert (other == fixed["osl" if field == "isl" else "isl"]).all()
+    assert abs(lengths.mean() / mean - 1) < 0.01
+    assert abs(lengths.std() / std - 1) < 0.03
+    assert (lengths >= 1).all() and (lengths == np.round(lengths)).all()
+    assert_well_formed(cols)
+
+
+def test_uniform_lengths_include_both_ends():
+    cols = SyntheticWorkload(
+        isl={"dist": "uniform", "low": 7, "high": 9}, osl=1, count=3000, seed=2
+    ).columns()
+    assert sorted(set(cols.input_length.tolist())) == [7, 8, 9]
+    single = SyntheticWorkload(isl=UniformLength(low=4, high=4), osl=1, count=9).columns()
+    assert (single.input_length == 4).all()
+
+
+def test_lognormal_median_is_exp_mu():
+    mean, sigma = 3000.0, 1.2
+    cols = SyntheticWorkload(
+        isl=LognormalLength(mean=mean, sigma=sigma), osl=1, count=100_000, seed=8
+    ).columns()
+    expected_median = math.exp(math.log(mean) - sigma**2 / 2)
+    assert abs(np.median(cols.input_length) / expected_median - 1) < 0.02
+
+
+def test_draws_are_rounded_half_to_even_and_clipped_to_one():
+    # Replays the documented draw order: arrival gaps, then isl, then osl.
+    count, rate, seed = 20_000, 4.0, 13
+    work = SyntheticWorkload(
+        isl={"dist": "normal", "mean": 3.0, "std": 4.0},
+        osl={"dist": "lognormal", "mean": 2.0, "sigma": 1.5},
+        count=count,
+        rate=rate,
+        seed=seed,
+    )
+    cols = work.columns()
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1000.0 / rate, count - 1)
+    isl = np.clip(np.rint(rng.normal(3.0, 4.0, count)), 1, None)
+    osl = np.clip(np.rint(rng.lognormal(math.log(2.0) - 1.5**2 / 2, 1.5, count)), 1, None)
+    np.testing.assert_array_equal(cols.arrival_ms[1:], np.cumsum(gaps))
+    np.testing.assert_array_equal(cols.input_length, isl.astype(np.uint32))
+    np.testing.assert_array_equal(cols.output_length, osl.astype(np.uint32))
+    assert (cols.input_length == 1).mean() > 0.25  # clipping is doing work here
+    assert {1, 2, 3}.issubset(set(cols.output_length.tolist()))
+
+
+def test_fixed_lengths_keep_the_original_poisson_stream():
+    cols = SyntheticWorkload(isl=700, osl=9, count=1000, rate=25.0, seed=21).columns()
+    gaps = np.random.default_rng(21).exponential(40.0, 999)
+    np.testing.assert_array_equal(cols.arrival_ms, np.concatenate([[0.0], np.cumsum(gaps)]))
+
+
+def test_empirical_lengths_sample_the_real_trace(real_trace):
+    path = real_trace("mooncake_conversation.jsonl")
+    trace = load_trace(path).columns()
+    work = SyntheticWorkload(
+        isl={"dist": "empirical", "trace": str(path)},
+        osl=EmpiricalLength(trace=path),
+        count=100_000,
+        rate=5.0,
+        seed=4,
+    )
+    cols = work.columns()
+    # isl samples the trace's input lengths, osl its output lengths, with replacement.
+    assert set(cols.input_length.tolist()) <= set(trace.input_length.tolist())
+    assert set(cols.output_length.tolist()) <= set(trace.output_length.tolist())
+    assert len(np.unique(cols.input_length)) > 0.5 * len(np.unique(trace.input_length))
+    assert abs(cols.input_length.mean() / trace.input_length.mean() - 1) < 0.01
+    assert abs(cols.output_length.mean() / trace.output_length.mean() - 1) < 0.01
+    assert_well_formed(cols)
+
+
+def test_empirical_trace_errors_name_the_field(tmp_path):
+    work = SyntheticWorkload(
+        isl=10, osl={"dist": "empirical", "trace": tmp_path / "gone.jsonl"}, count=3
+    )
+    with pytest.raises(WorkloadError, match=r"^workload\.osl: empirical trace: .*gone\.jsonl"):
+        work.columns()
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 0.5, 1.0, 2.0, 4.0])
+def test_gamma_burstiness_sets_the_cv_of_gaps(burstiness):
+    rate = 40.0
+    cols = SyntheticWorkload(
+        isl=10, osl=1, count=100_001, rate=rate, arrival="gamma", burstiness=burstiness, seed=9
+    ).columns()
+    gaps = np.diff(cols.arrival_ms)
+    assert abs(gaps.mean() / (1000 / rate) - 1) < 0.01
+    cv2 = gaps.var() / gaps.mean() ** 2
+    assert abs(cv2 * burstiness - 1) < 0.05  # CV^2 = 1 / k
+
+
+def test_poisson_gaps_have_cv_one_and_gamma_k_changes_it():
+    def cv2(**arrival) -> float:
+        gaps = np.diff(
+            SyntheticWorkload(isl=1, osl=1, count=50_001, rate=2.0, seed=1, **arrival)
+            .columns()
+            .arrival_ms
+        )
+        return float(gaps.var() / gaps.mean() ** 2)
+
+    poisson = cv2()
+    assert abs(poisson - 1) < 0.05
+    assert cv2(arrival="gamma", burstiness=0.2) > 4 * poisson  # burstier
+    assert cv2(arrival="gamma", burstiness=5.0) < poisson / 4  # more regular
+
+
+def test_duration_mode_generates_arrivals_until_the_duration():
+    spec = {"isl": {"dist": "normal", "mean": 800.0, "std": 100.0}, "osl": 20, "seed": 4}
+    cols = SyntheticWorkload(**spec, duration_s=100.0, rate=50.0).columns()
+    n = len(cols)
+    assert abs(n - 5000) < 4 * math.sqrt(5000)
+    assert cols.arrival_ms[0] == 0.0 and cols.arrival_ms[-1] < 100_000.0
+    assert_well_formed(cols)
+    # The same arrival stream as count mode, cut at the first arrival at or past the end.
+    longer = SyntheticWorkload(**spec, count=n + 1, rate=50.0).columns()
+    np.testing.assert_array_equal(longer.arrival_ms[:n], cols.arrival_ms)
+    assert longer.arrival_ms[n] >= 100_000.0
+
+
+def test_duration_mode_draws_more_gaps_when_a_burst_needs_them():
+    # Gamma k = 0.02 is so bursty that seed 3 needs more than the first batch of gaps
+    # (expected 200 + 8 * sqrt(200) + 64 = 377 arrivals).
+    spec = {"isl": 10, "osl": 1, "rate": 1.0, "arrival": "gamma", "burstiness": 0.02, "seed": 3}
+    cols = SyntheticWorkload(**spec, duration_s=200.0).columns()
+    n = len(cols)
+    assert n > 377
+    assert cols.arrival_ms[-1] < 200_000.0
+    longer = SyntheticWorkload(**spec, count=n + 1).columns()
+    np.testing.assert_allclose(longer.arrival_ms[:n], cols.arrival_ms, rtol=1e-12)
+    assert longer.arrival_ms[n] >= 200_000.0
+
+
+def test_duration_shorter_than_a_gap_still_has_the_first_request():
+    cols = SyntheticWorkload(isl=5, osl=5, duration_s=0.001, rate=0.01).columns()
+    assert requests(cols) == [(0.0, 5, 5, [0])]
+
+
+def test_without_a_rate_every_request_arrives_at_zero():
+    cols = SyntheticWorkload(
+        isl={"dist": "uniform", "low": 1, "high": 9}, osl=3, count=50
+    ).columns()
+    assert (cols.arrival_ms == 0.0).all()
+    assert_well_formed(cols)
+
+
+def test_same_seed_same_columns_with_every_option(real_trace):
+    spec = {
+        "isl": {"dist": "lognormal", "mean": 3000.0, "sigma": 0.7},
+        "osl": {"dist": "empirical", "trace": str(real_trace("mooncake_conversation.jsonl"))},
+        "duration_s": 60.0,
+        "rate": 30.0,
+        "arrival": "gamma",
+        "burstiness": 0.6,
+        "prefix_groups": 5,
+        "prefix_fraction": 0.4,
+        "trace_block_size": 64,
+    }
+    a = SyntheticWorkload(**spec, seed=3).columns()
+    b = SyntheticWorkload(**spec, seed=3).columns()
+    assert_same_columns(a, b)
+    assert a.session is None and b.session is None
+    # A round trip through JSON (a config file) gives the same workload and the same columns.
+    dumped = json.loads(SyntheticWorkload(**spec, seed=3).model_dump_json())
+    assert_same_columns(a, SyntheticWorkload(**dumped).columns())
+    c = SyntheticWorkload(**spec, seed=4).columns()
+    assert len(a) != len(c) or not np.array_equal(a.input_length, c.input_length)
+
+
+def shared_prefix(cols: TraceColumns, i: int, fraction: float) -> int:
+    return math.floor(fraction * int(cols.input_length[i]) / cols.trace_block_size)
+
+
+def test_prefix_groups_share_exactly_the_expected_ids():
+    # 2000 tokens = 4 blocks of 512; floor(0.6 * 2000 / 512) = 2 shared blocks per request.
+    cols = SyntheticWorkload(
+        isl=2000, osl=10, count=9, rate=1.0, prefix_groups=3, prefix_fraction=0.6
+    ).columns()
+    ids = [r[3] for r in requests(cols)]
+    for i, request_ids in enumerate(ids):
+        group = i % 3
+        assert request_ids[:2] == [2 * group, 2 * group + 1]
+    unique = [h for request_ids in ids for h in request_ids[2:]]
+    assert len(set(unique)) == len(unique) == 9 * 2
+    assert min(unique) >= 3 * 2  # past every group's shared ids
+    assert_well_formed(cols)
+
+
+@pytest.mark.parametrize(("groups", "fraction"), [(1, 1.0), (4, 0.5), (7, 0.3), (1000, 0.9)])
+def test_prefix_groups_with_varying_lengths(groups, fraction):
+    block = 64
+    cols = SyntheticWorkload(
+        isl={"dist": "uniform", "low": 1, "high": 2000},
+        osl=1,
+        count=3000,
+        rate=100.0,
+        prefix_groups=groups,
+        prefix_fraction=fraction,
+        trace_block_size=block,
+        seed=6,
+    ).columns()
+    assert_well_formed(cols)
+    shared = [shared_prefix(cols, i, fraction) for i in range(len(cols))]
+    width = max(shared)
+    seen: dict[int, int] = {}
+    unique: list[int] = []
+    for i, (_, isl, _, request_ids) in enumerate(requests(cols)):
+        assert len(request_ids) == math.ceil(isl / block)
+        assert request_ids[: shared[i]] == [(i % groups) * width + j for j in range(shared[i])]
+        unique += request_ids[shared[i] :]
+        for j in range(shared[i]):
+            seen[(i % groups) * width + j] = i % groups
+    assert len(set(unique)) == len(unique)
+    assert not set(unique) & set(seen)
+    # Requests 0 and `groups` (both group 0) share their common shared blocks, and no more.
+    a, b = requests(cols)[0][3], requests(cols)[groups][3]
+    common = min(shared[0], shared[groups])
+    assert a[:common] == b[:common]
+    assert set(a[common:]).isdisjoint(b[common:])
+
+
+def test_prefix_fraction_zero_shares_nothing():
+    cols = SyntheticWorkload(
+        isl=3000, osl=1, count=100, prefix_groups=2, prefix_fraction=0.0
+    ).columns()
+    plain = SyntheticWorkload(isl=3000, osl=1, count=100).columns()
+    assert_same_columns(cols, plain)
+    assert len(np.unique(cols.hash_ids)) == len(cols.hash_ids)
+
+
+def test_one_group_full_fraction_shares_every_full_block():
+    cols = SyntheticWorkload(
+        isl=1100, osl=1, count=5, prefix_groups=1, prefix_fraction=1.0, trace_block_size=100
+    ).columns()
+    # floor(1100 / 100) = 11 full blocks, all shared; ceil gives 11 ids, so nothing is unique.
+    assert [r[3] for r in requests(cols)] == [list(range(11))] * 5
+
+
+def test_a_million_requests_are_generated_correctly():
+    n, block, groups, fraction = 1_000_000, 512, 64, 0.5
+    work = SyntheticWorkload(
+        isl={"dist": "lognormal", "mean": 4000.0, "sigma": 0.8},
+        osl={"dist": "normal", "mean": 500.0, "std": 150.0},
+        count=n,
+        rate=100.0,
+        arrival="gamma",
+        burstiness=0.5,
+        prefix_groups=groups,
+        prefix_fraction=fraction,
+        seed=1,
+    )
+    cols = work.columns()
+    assert len(cols) == n
+    assert_well_formed(cols)
+    assert abs(cols.input_length.mean() / 4000 - 1) < 0.01
+    assert abs(cols.output_length.mean() / 500 - 1) < 0.01
+    assert abs(cols.arrival_ms[-1] / (n * 10.0) - 1) < 0.01  # 100 req/s: 10 ms per gap
+    # Ids by position, checked independently of the generator's slicing: shared prefix ids
+    # are group * K + j, every other id is used exactly once and lies past the shared ones.
+    offsets = cols.hash_offsets.astype(np.int64)
+    counts = np.diff(offsets)
+    assert (counts == -(-cols.input_length.astype(np.int64) // block)).all()
+    row = np.repeat(np.arange(n), counts)
+    pos = np.arange(len(cols.hash_ids)) - offsets[row]
+    shared = np.floor(fraction * cols.input_length.astype(np.float64) / block).astype(np.int64)
+    width = int(shared.max())
+    is_shared = pos < shared[row]
+    ids = cols.hash_ids.astype(np.int64)
+    np.testing.assert_array_equal(
+        ids[is_shared], (row[is_shared] % groups) * width + pos[is_shared]
+    )
+    rest = np.sort(ids[~is_shared], kind="stable")  # timsort: fast on the near-sorted ids
+    assert rest[0] >= groups * width
+    assert (np.diff(rest) > 0).all()  # each used once
+
+
+# Synthetic workload validation
+
+COUNT_RULE = (
+    "a synthetic workload needs exactly one of workload.count and workload.duration_s; got "
+)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rate": 1.0}, COUNT_RULE + "neither"),
+        ({"count": 5, "duration_s": 10.0, "rate": 1.0}, COUNT_RULE + "both"),
+        ({"duration_s": 10.0}, "workload.duration_s needs workload.rate (requests per second)"),
+        (
+            {"count": 5, "arrival": "gamma", "burstiness": 0.5},
+            "workload.arrival 'gamma' needs workload.rate (requests per second)",
+        ),
+        (
+            {"count": 5, "rate": 1.0, "arrival": "gamma"},
+            "workload.arrival 'gamma' needs workload.burstiness "
+            "(the gamma shape k: 1 is Poisson, below 1 burstier)",
+        ),
+        (
+            {"count": 5, "rate": 1.0, "burstiness": 2.0},
+            "workload.burstiness applies only to workload.arrival 'gamma', got arrival "
+            "'poisson'; remove workload.burstiness or set arrival 'gamma'",
+        ),
+        (
+            {"count": 5, "prefix_groups": 3},
+            "workload.prefix_groups and workload.prefix_fraction go together; "
+            "missing: workload.prefix_fraction",
+        ),
+        (
+            {"count": 5, "prefix_fraction": 0.5},
+            "workload.prefix_groups and workload.prefix_fraction go together; "
+            "missing: workload.prefix_groups",
+        ),
+    ],
+)
+def test_synthetic_workload_consistency_errors(fields, message):
+    with pytest.raises(WorkloadError) as info:
+        SyntheticWorkload(isl=10, osl=10, **fields)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragments"),
+    [
+        ({"duration_s": 0.0}, ["workload.duration_s"]),
+        ({"duration_s": math.nan}, ["workload.duration_s"]),
+        ({"arrival": "uniform"}, ["workload.arrival", "'uniform'"]),
+        ({"arrival": "gamma", "burstiness": 0.0}, ["workload.burstiness"]),
+        ({"prefix_groups": 0, "prefix_fraction": 0.5}, ["workload.prefix_groups"]),
+        ({"prefix_groups": 2, "prefix_fraction": 1.5}, ["workload.prefix_fraction", "1.5"]),
+        ({"prefix_groups": 2, "prefix_fraction": -0.1}, ["workload.prefix_fraction"]),
+        ({"isl": {"dist": "normal", "mean": 100.0}}, ["workload.isl.std: a value is required"]),
+        ({"isl": {"dist": "normal", "mean": 0.5, "std": 1.0}}, ["workload.isl.mean", "0.5"]),
+        ({"osl": {"dist": "normal", "mean": 9.0, "std": -1.0}}, ["workload.osl.std", "-1.0"]),
+        ({"osl": {"dist": "lognormal", "mean": 9.0, "sigma": math.inf}}, ["workload.osl.sigma"]),
+        ({"isl": {"dist": "uniform", "low": 9, "high": 3}}, ["workload.isl: expected low <= high"]),
+        ({"isl": {"dist": "uniform", "low": 0, "high": 3}}, ["workload.isl.low"]),
+        ({"isl": {"dist": "uniform", "low": 1.5, "high": 3}}, ["workload.isl.low", "1.5"]),
+        ({"isl": {"dist": "empirical"}}, ["workload.isl: an empirical distribution needs exactly"]),
+        (
+            {"isl": {"dist": "empirical", "values": [3], "trace": "t.jsonl"}},
+            ["workload.isl: an empirical distribution needs exactly one of 'trace' and 'values'"],
+        ),
+        ({"osl": {"dist": "empirical", "values": []}}, ["workload.osl.values"]),
+        ({"osl": {"dist": "empirical", "values": [4, 0]}}, ["workload.osl.values.1", "got 0"]),
+        ({"isl": {"dist": "poisson", "mean": 3.0}}, ["workload.isl: expected a token count or"]),
+        ({"isl": {"mean": 3.0, "std": 1.0}}, ["workload.isl: expected a token count", "'dist'"]),
+        ({"isl": {"dist": "normal", "mean": 9.0, "std": 1.0, "skew": 2}}, ["workload.isl.skew"]),
+        ({"isl": "100"}, ["workload.isl", "'100'"]),
+        ({"isl": True}, ["workload.isl"]),
+    ],
+)
+def test_bad_synthetic_distribution_fields_are_workload_errors(fields, fragments):
+    with pytest.raises(WorkloadError) as info:
+        SyntheticWorkload(**{"isl": 10, "osl": 10, "count": 10, "rate": 1.0, **fields})
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_distribution_models_and_union_accept_the_same_specs():
+    adapter = pydantic.TypeAdapter(Workload)
+    work = adapter.validate_python(
+        {
+            "kind": "synthetic",
+            "isl": {"dist": "normal", "mean": 100.0, "std": 5.0},
+            "osl": {"dist": "empirical", "values": [1, 2]},
+            "duration_s": 5.0,
+            "rate": 2.0,
+        }
+    )
+    assert isinstance(work, SyntheticWorkload)
+    assert work.isl == NormalLength(mean=100.0, std=5.0)
+    assert work.osl == EmpiricalLength(values=(1, 2))
+    with pytest.raises(pydantic.ValidationError):
+        UniformLength(low=5, high=2)  # on its own, a plain pydantic error (also a ValueError)
+    # The workload rule still holds for distributions: a trace workload takes no isl at all.
+    with pytest.raises(WorkloadError, match=r"remove workload\.isl$"):
+        TraceWorkload(path="t.jsonl", isl={"dist": "normal", "mean": 5.0, "std": 1.0})
+    assert SyntheticWorkload.model_json_schema()["properties"]["isl"]["oneOf"]

@@ -14,7 +14,7 @@ from dynosim.errors import DynosimError
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.samples import sample_trace_path
-from dynosim.workload import load_trace
+from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace
 
 #: Exit codes: bad input (trace, config, flags) and a failed simulation.
 EXIT_BAD_INPUT = 2
@@ -31,6 +31,14 @@ def _parser() -> argparse.ArgumentParser:
         "With no TRACE, replays the bundled Mooncake conversation sample.",
     )
     r.add_argument("trace", nargs="?", type=Path, help="trace file (.jsonl or .csv)")
+    g = r.add_argument_group("synthetic traffic (instead of a trace)")
+    g.add_argument("--synthetic", action="store_true", help="replay generated requests")
+    g.add_argument("--isl", type=int, help="prompt tokens per request")
+    g.add_argument("--osl", type=int, help="output tokens per request")
+    g.add_argument("--rate", type=float, help="arrival rate (requests/s, Poisson)")
+    g.add_argument("--count", type=int, help="number of requests")
+    g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
+    g.add_argument("--seed", type=int, default=0, help="generator seed")
     r.add_argument(
         "--format", choices=["mooncake", "azure"], help="trace format (default: by extension)"
     )
@@ -50,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--prefill-ms", type=float, help="fixed timing: prefill pass cost (ms)")
     r.add_argument("--decode-ms", type=float, help="fixed timing: decode pass cost (ms)")
     r.add_argument("--arrival-speedup", type=float, help="divide every inter-arrival gap by R")
+    r.add_argument(
+        "--router", choices=["round_robin", "random", "kv_aware"], help="request routing"
+    )
+    r.add_argument("--concurrency", type=int, help="closed loop: at most N sessions in flight")
     m = r.add_argument_group(
         "model and GPUs (AIConfigurator names; pip install 'dynosim[aic]')",
         "With --model and --system, num_gpu_blocks is estimated from the GPU memory, the "
@@ -126,6 +138,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
         ("kv_bytes_per_token", "kv_transfer", "kv_bytes_per_token"),
         ("link_model", "kv_transfer", "link_model"),
         ("transfer_sizing", "kv_transfer", "sizing"),
+        ("router", "cluster", "router"),
+        ("concurrency", "cluster", "concurrency"),
         ("tp", "engine", "tensor_parallel_size"),
         ("dp", "engine", "data_parallel_size"),
     ):
@@ -249,13 +263,28 @@ def render_summary(report: Report, source: str) -> Any:
     return Group(Text(f"dynosim replay of {source}", style="bold"), head, lat)
 
 
+def _workload(args: argparse.Namespace) -> tuple[TraceWorkload | SyntheticWorkload, str]:
+    """The workload the replay flags describe, and a name for it."""
+    synthetic_flags = ("isl", "osl", "rate", "count", "duration_s")
+    if args.synthetic:
+        if args.trace is not None:
+            raise _UsageError("give a TRACE or --synthetic, not both")
+        given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
+        work = SyntheticWorkload(**given, seed=args.seed)
+        return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
+    stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
+    if stray:
+        raise _UsageError(f"{', '.join(stray)} need --synthetic")
+    path = args.trace or sample_trace_path()
+    source = str(args.trace) if args.trace else f"bundled sample ({path.name})"
+    return load_trace(path, trace_block_size=args.trace_block_size, format=args.format), source
+
+
 def _replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     config = _config(args)
-    path = args.trace or sample_trace_path()
-    source = str(args.trace) if args.trace else f"bundled sample ({path.name})"
-    workload = load_trace(path, trace_block_size=args.trace_block_size, format=args.format)
+    workload, source = _workload(args)
     report = replay(workload, config, progress=not args.no_progress)
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)

@@ -277,6 +277,12 @@ class KvTransferConfig(_Settings):
         description="Tokens a transfer moves: the full prompt (default) or only the blocks "
         "the decode worker does not cache.",
     )
+    first_token: Literal["kv_arrival", "first_decode_pass"] | None = Field(
+        None,
+        description="When a request's first token counts: when its KV lands (default, SPEC "
+        "section 5), or at the end of the decode worker's first pass with it, decode workers "
+        "reserving blocks only between passes (Dynamo's mocker).",
+    )
     kv_bytes_per_token: float | None = Field(None, description="KV bytes of one token.")
     kv_shape: KvShape | None = Field(None, description="Or the model's KV geometry.")
 

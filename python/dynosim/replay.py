@@ -54,18 +54,21 @@ def replay(
         cols.trace_block_size,
         cfg.to_core_json(),
     )
+    sessions = {"session": cols.session, "delay_ms": cols.delay_ms}
     if not progress:
-        return Report(_core.replay(*args))
-    return Report(_run_with_progress(args, len(cols)))
+        return Report(_core.replay(*args, **sessions))
+    return Report(_run_with_progress(args, sessions, len(cols)))
 
 
-def _run_with_progress(args: tuple[Any, ...], total: int) -> dict[str, Any]:
+def _run_with_progress(
+    args: tuple[Any, ...], sessions: dict[str, Any], total: int
+) -> dict[str, Any]:
     counter = _core.Progress()
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["raw"] = _core.replay(*args, progress=counter)
+            outcome["raw"] = _core.replay(*args, progress=counter, **sessions)
         except BaseException as e:  # re-raised in the caller's thread
             outcome["error"] = e
 

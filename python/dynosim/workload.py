@@ -8,7 +8,8 @@ Two trace formats are read:
 
 * Mooncake JSONL: one JSON object per line with ``timestamp`` (ms), ``input_length``,
   ``output_length`` and ``hash_ids`` (one id per ``trace_block_size`` prompt tokens; equal ids
-  at the same position mean a shared prefix).
+  at the same position mean a shared prefix), optionally ``session_id`` and ``delay_ms`` (or
+  ``delay``) for multi-turn conversations.
 * Azure CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``): wall-clock datetimes and no prefix
   information, so every request gets fresh hash ids.
 """
@@ -16,6 +17,7 @@ Two trace formats are read:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
@@ -26,14 +28,28 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from dynosim.errors import WorkloadError
 
 __all__ = [
+    "EmpiricalLength",
+    "LengthSpec",
+    "LognormalLength",
+    "NormalLength",
     "SyntheticWorkload",
     "TraceColumns",
     "TraceWorkload",
+    "UniformLength",
     "Workload",
     "load_trace",
 ]
@@ -64,6 +80,19 @@ class TraceColumns:
     ``trace_block_size`` prompt tokens. Arrays are 1-D and C-contiguous with dtypes float64
     (arrivals), uint32 (lengths) and uint64 (offsets, ids); construction checks all of this and
     raises :class:`~dynosim.errors.WorkloadError`. Equality is identity: compare the arrays.
+
+    Sessions (multi-turn conversations) are two optional columns, both None when the trace has
+    no sessions at all, else both given:
+
+    * ``session`` (int64): the session of each request, ``-1`` for a request outside any
+      session; sessions are numbered densely ``0 .. num_sessions - 1`` in order of first
+      appearance (session ``s + 1`` first appears after session ``s`` does). The requests of
+      one session are its turns, in row order.
+    * ``delay_ms`` (float64): how long after turn ``n`` completes turn ``n + 1`` is sent; NaN
+      where no delay was given, and always NaN on a request outside a session and on the first
+      turn of a session. The first turn is sent at its ``arrival_ms``; a later turn with a NaN
+      delay is sent when the turn before it completes plus the gap between their
+      ``arrival_ms``. Delays are finite and >= 0.
     """
 
     arrival_ms: np.ndarray
@@ -72,6 +101,8 @@ class TraceColumns:
     hash_offsets: np.ndarray
     hash_ids: np.ndarray
     trace_block_size: int
+    session: np.ndarray | None = None
+    delay_ms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         bs = self.trace_block_size
@@ -85,8 +116,12 @@ class TraceColumns:
             ("output_length", np.uint32),
             ("hash_offsets", np.uint64),
             ("hash_ids", np.uint64),
+            ("session", np.int64),
+            ("delay_ms", np.float64),
         ):
             arr = getattr(self, name)
+            if arr is None and name in ("session", "delay_ms"):
+                continue
             if not isinstance(arr, np.ndarray):
                 raise WorkloadError(
                     f"TraceColumns.{name}: expected a numpy array, got {type(arr).__name__}"
@@ -112,7 +147,23 @@ class TraceColumns:
                 f"TraceColumns.hash_offsets: expected {n + 1} offsets (requests + 1), "
                 f"got {len(self.hash_offsets)}"
             )
+        if (self.session is None) != (self.delay_ms is None):
+            given, absent = (
+                ("session", "delay_ms") if self.delay_ms is None else ("delay_ms", "session")
+            )
+            raise WorkloadError(
+                f"TraceColumns.{absent}: expected an array when {given} is given "
+                "(sessions need both columns; pass neither for a trace without sessions)"
+            )
+        if self.session is not None:
+            for name in ("session", "delay_ms"):
+                if len(getattr(self, name)) != n:
+                    raise WorkloadError(
+                        f"TraceColumns.{name}: expected {n} values (one per request), "
+                        f"got {len(getattr(self, name))}"
+                    )
         self._check_values()
+        self._check_sessions()
 
     def _check_values(self) -> None:
         arrival, offsets = self.arrival_ms, self.hash_offsets
@@ -157,21 +208,71 @@ class TraceColumns:
                 f"for input_length {self.input_length[i]}"
             )
 
+    def _check_sessions(self) -> None:
+        session, delay = self.session, self.delay_ms
+        if session is None or delay is None:
+            return
+        # Highest session index among the rows above each row (-1 above the first row).
+        above = np.empty_like(session)
+        above[:1] = -1
+        np.maximum.accumulate(session[:-1], out=above[1:])
+        np.maximum(above, -1, out=above)
+        bad = (session < -1) | (session > above + 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WorkloadError(
+                f"TraceColumns.session[{i}]: expected -1 (no session) or a session numbered "
+                "densely in order of first appearance (0, then at most one more than any "
+                f"session above), got {session[i]} with sessions up to {above[i]} above"
+            )
+        given = ~np.isnan(delay)
+        bad = given & ~(np.isfinite(delay) & (delay >= 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WorkloadError(
+                f"TraceColumns.delay_ms[{i}]: expected NaN (no delay) or finite ms >= 0, "
+                f"got {delay[i]}"
+            )
+        bad = given & (session < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WorkloadError(
+                f"TraceColumns.delay_ms[{i}]: a delay applies between turns of a session, "
+                f"but request {i} has no session; got {delay[i]}"
+            )
+        bad = given & (session > above)  # the first turn of its session
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WorkloadError(
+                f"TraceColumns.delay_ms[{i}]: request {i} is the first turn of session "
+                f"{session[i]}, which is sent at its arrival; expected NaN, got {delay[i]}"
+            )
+
     def __len__(self) -> int:
         """Number of requests."""
         return len(self.arrival_ms)
 
+    @property
+    def num_sessions(self) -> int:
+        """Number of sessions (0 when the trace has none)."""
+        if self.session is None:
+            return 0
+        return int(self.session.max()) + 1
+
 
 def _fresh_hash_ids(
-    input_length: np.ndarray, trace_block_size: int
+    input_length: np.ndarray, trace_block_size: int, first_id: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """CSR offsets and ids giving each request its own ceil(input / block) never-shared ids."""
+    """CSR offsets and ids giving each request its own ceil(input / block) never-shared ids.
+
+    The ids are ``first_id``, ``first_id + 1``, ... in row order.
+    """
     blocks = (input_length.astype(np.uint64) + np.uint64(trace_block_size - 1)) // np.uint64(
         trace_block_size
     )
     offsets = np.zeros(len(blocks) + 1, dtype=np.uint64)
     np.cumsum(blocks, out=offsets[1:])
-    return offsets, np.arange(offsets[-1], dtype=np.uint64)
+    return offsets, np.arange(first_id, first_id + int(offsets[-1]), dtype=np.uint64)
 
 
 class _WorkloadModel(BaseModel):
@@ -193,7 +294,10 @@ def _as_workload_error(exc: pydantic.ValidationError) -> WorkloadError:
         if isinstance(cause, WorkloadError):
             parts.append(str(cause))  # already a complete message from our validators
         else:
-            where = ".".join(["workload", *map(str, err["loc"])])
+            loc = err["loc"]
+            if len(loc) > 1 and loc[0] in ("isl", "osl") and loc[1] in _LENGTH_TAGS:
+                loc = (loc[0], *loc[2:])  # the union's tag: the input already names it
+            where = ".".join(["workload", *map(str, loc)])
             if err["type"] == "missing":
                 parts.append(f"{where}: a value is required")
             else:
@@ -271,19 +375,193 @@ class TraceWorkload(_WorkloadModel):
         return workload
 
 
-class SyntheticWorkload(_WorkloadModel):
-    """``count`` requests of ``isl`` prompt and ``osl`` output tokens with Poisson arrivals.
+# Synthetic workloads
 
-    Arrivals are ``rate`` requests per second on average: exponential gaps with mean
-    ``1000 / rate`` ms, the first request at 0 ms, drawn from ``numpy.random.default_rng(seed)``
-    so the same seed gives identical columns. No two requests share a prefix hash id.
+#: Tags of the length specs: a fixed int, or a distribution named by its ``dist``.
+_LENGTH_TAGS = ("fixed", "normal", "lognormal", "uniform", "empirical")
+
+
+class _LengthDistribution(BaseModel):
+    """A distribution of request lengths (tokens) that a synthetic workload draws from.
+
+    Built inside a :class:`SyntheticWorkload`, a bad distribution raises a
+    :class:`~dynosim.errors.WorkloadError` naming ``workload.isl`` or ``workload.osl``; built on
+    its own it raises ``pydantic.ValidationError`` (a ``ValueError`` too). A custom
+    ``__init__`` converting that error, as the workload models have, would make pydantic call
+    it for nested values too and lose the field's location.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def _draw(self, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class NormalLength(_LengthDistribution):
+    """Lengths drawn from a normal distribution of ``mean`` and ``std`` tokens.
+
+    Draws are rounded to the nearest integer (ties to even) and clipped to [1, 2**32 - 1], so
+    the mean of the lengths is ``mean`` only while little of the distribution lies below 1.
+    """
+
+    dist: Literal["normal"] = "normal"
+    mean: float = Field(ge=1, allow_inf_nan=False, strict=True)
+    std: float = Field(ge=0, allow_inf_nan=False, strict=True)
+
+    def _draw(self, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        return _rounded_lengths(rng.normal(self.mean, self.std, size))
+
+
+class LognormalLength(_LengthDistribution):
+    """Lengths drawn from a lognormal distribution whose own mean is ``mean`` tokens.
+
+    ``sigma`` is the standard deviation of the log of a length; the log-mean is
+    ``mu = ln(mean) - sigma**2 / 2``, so the lengths average ``mean`` tokens (before rounding to
+    the nearest integer, ties to even, and clipping to [1, 2**32 - 1]). Their median is
+    ``exp(mu)`` and their squared coefficient of variation ``exp(sigma**2) - 1``.
+    """
+
+    dist: Literal["lognormal"] = "lognormal"
+    mean: float = Field(ge=1, allow_inf_nan=False, strict=True)
+    sigma: float = Field(ge=0, allow_inf_nan=False, strict=True)
+
+    def _draw(self, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        mu = math.log(self.mean) - self.sigma**2 / 2
+        return _rounded_lengths(rng.lognormal(mu, self.sigma, size))
+
+
+class UniformLength(_LengthDistribution):
+    """Integer lengths uniform over ``low .. high`` tokens, both ends included."""
+
+    dist: Literal["uniform"] = "uniform"
+    low: int = Field(ge=1, lt=_MAX_LENGTH, strict=True)
+    high: int = Field(ge=1, lt=_MAX_LENGTH, strict=True)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.low > self.high:
+            raise PydanticCustomError("uniform_order", "expected low <= high")
+        return self
+
+    def _draw(self, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        return rng.integers(self.low, self.high, size, dtype=np.int64, endpoint=True).astype(
+            np.uint32
+        )
+
+
+class EmpiricalLength(_LengthDistribution):
+    """Lengths sampled with replacement, uniformly, from ``values`` or from a trace.
+
+    Give exactly one of ``values`` (token counts) and ``trace`` (a Mooncake ``.jsonl`` or
+    Azure ``.csv`` file, read as :func:`load_trace` reads it with the default 512 tokens per
+    hash id). From a trace, ``isl`` samples the trace's input lengths and ``osl`` its output
+    lengths. The trace is read each time the workload generates its columns.
+    """
+
+    dist: Literal["empirical"] = "empirical"
+    trace: Path | None = None
+    values: tuple[Annotated[int, Field(ge=1, lt=_MAX_LENGTH, strict=True)], ...] | None = Field(
+        None, min_length=1
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EmpiricalLength:
+        if (self.trace is None) == (self.values is None):
+            raise PydanticCustomError(
+                "empirical_source",
+                "an empirical distribution needs exactly one of 'trace' and 'values'",
+            )
+        return self
+
+    def _draw(self, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        if self.values is not None:
+            pool = np.array(self.values, dtype=np.uint32)
+        else:
+            assert self.trace is not None  # checked at validation
+            try:
+                cols = TraceWorkload(path=self.trace).columns()
+            except WorkloadError as exc:
+                raise WorkloadError(f"workload.{field}: empirical trace: {exc}") from exc
+            pool = cols.input_length if field == "isl" else cols.output_length
+        return pool[rng.integers(0, len(pool), size)]
+
+
+def _rounded_lengths(draws: np.ndarray) -> np.ndarray:
+    """Float draws as token counts: nearest integer (ties to even), clipped to [1, 2**32 - 1]."""
+    np.rint(draws, out=draws)
+    np.clip(draws, 1, _MAX_LENGTH - 1, out=draws)
+    return draws.astype(np.uint32)
+
+
+def _length_tag(value: Any) -> str | None:
+    if isinstance(value, _LengthDistribution):
+        return value.dist  # type: ignore[attr-defined,no-any-return]
+    if isinstance(value, Mapping):
+        dist = value.get("dist")
+        return dist if isinstance(dist, str) and dist in _LENGTH_TAGS[1:] else None
+    return "fixed"
+
+
+#: A request length in a synthetic workload: a fixed number of tokens or a distribution.
+LengthSpec = Annotated[
+    Annotated[int, Field(ge=1, lt=_MAX_LENGTH, strict=True), Tag("fixed")]
+    | Annotated[NormalLength, Tag("normal")]
+    | Annotated[LognormalLength, Tag("lognormal")]
+    | Annotated[UniformLength, Tag("uniform")]
+    | Annotated[EmpiricalLength, Tag("empirical")],
+    Discriminator(
+        _length_tag,
+        custom_error_type="length_spec",
+        custom_error_message=(
+            "expected a token count or a distribution with 'dist' one of "
+            "'normal', 'lognormal', 'uniform', 'empirical'"
+        ),
+    ),
+]
+
+
+class SyntheticWorkload(_WorkloadModel):
+    """Generated requests: lengths, arrivals, shared prefixes, all from one ``seed``.
+
+    Lengths: ``isl`` (prompt) and ``osl`` (output) are each a fixed token count or a
+    distribution (:class:`NormalLength`, :class:`LognormalLength`, :class:`UniformLength`,
+    :class:`EmpiricalLength`, or the same as a mapping with ``dist``). Draws are rounded to the
+    nearest integer (ties to even) and clipped to [1, 2**32 - 1] tokens.
+
+    Size: exactly one of ``count`` (requests) and ``duration_s`` (requests arriving before
+    ``duration_s`` seconds, the first at 0 ms; at least one).
+
+    Arrivals: the first request arrives at 0 ms. With ``rate`` (requests per second) the gaps
+    between arrivals are independent with mean ``1000 / rate`` ms: exponential for ``arrival``
+    ``"poisson"`` (the default), or gamma with shape ``k = burstiness`` and scale
+    ``1000 / (rate * k)`` for ``"gamma"``, whose gaps have squared coefficient of variation
+    ``1 / k`` (``burstiness`` 1 is Poisson, below 1 burstier, above 1 more regular). Without a
+    rate every request arrives at 0 ms: an all-at-once batch, or a closed loop whose
+    concurrency limit sets the pace (``duration_s`` and gamma arrivals need a rate).
+
+    Prefixes: without ``prefix_groups`` no two requests share a prefix hash id. With
+    ``prefix_groups = G`` and ``prefix_fraction = f`` (both or neither), request ``i`` (in
+    arrival order) belongs to group ``i % G``; the first ``floor(f * isl / trace_block_size)``
+    hash ids of its prompt (computed in float64) are its group's shared ids, block ``j`` of
+    group ``g`` being id ``g * K + j`` (``K`` the most shared blocks of any request), and the
+    rest of its ids are unique, so requests of one group share the longest common chain of
+    shared blocks.
+
+    Randomness comes from ``numpy.random.default_rng(seed)``, drawn in this order: arrival gaps,
+    then ``isl``, then ``osl`` (a fixed length draws nothing); the same workload gives identical
+    columns. Generation is vectorised: a million requests take a fraction of a second.
     """
 
     kind: Literal["synthetic"] = "synthetic"
-    isl: int = Field(ge=1, lt=_MAX_LENGTH, strict=True)
-    osl: int = Field(ge=1, lt=_MAX_LENGTH, strict=True)
-    count: int = Field(ge=1, strict=True)
-    rate: float = Field(gt=0, allow_inf_nan=False, strict=True)
+    isl: LengthSpec
+    osl: LengthSpec
+    count: int | None = Field(None, ge=1, strict=True)
+    duration_s: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    burstiness: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
+    prefix_groups: int | None = Field(None, ge=1, strict=True)
+    prefix_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, strict=True)
     seed: int = Field(0, ge=0, strict=True)
     trace_block_size: int = Field(512, gt=0, strict=True)
 
@@ -299,21 +577,137 @@ class SyntheticWorkload(_WorkloadModel):
                 )
         return data
 
+    @model_validator(mode="after")
+    def _consistent(self) -> SyntheticWorkload:
+        if (self.count is None) == (self.duration_s is None):
+            got = "neither" if self.count is None else "both"
+            raise WorkloadError(
+                "a synthetic workload needs exactly one of workload.count and "
+                f"workload.duration_s; got {got}"
+            )
+        if self.rate is None:
+            needs = [
+                name
+                for name, given in (
+                    ("workload.duration_s", self.duration_s is not None),
+                    ("workload.arrival 'gamma'", self.arrival == "gamma"),
+                )
+                if given
+            ]
+            if needs:
+                raise WorkloadError(
+                    f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} workload.rate "
+                    "(requests per second)"
+                )
+        if self.arrival == "gamma" and self.burstiness is None:
+            raise WorkloadError(
+                "workload.arrival 'gamma' needs workload.burstiness "
+                "(the gamma shape k: 1 is Poisson, below 1 burstier)"
+            )
+        if self.arrival != "gamma" and self.burstiness is not None:
+            raise WorkloadError(
+                f"workload.burstiness applies only to workload.arrival 'gamma', "
+                f"got arrival {self.arrival!r}; remove workload.burstiness or set arrival 'gamma'"
+            )
+        if (self.prefix_groups is None) != (self.prefix_fraction is None):
+            missing = "prefix_fraction" if self.prefix_fraction is None else "prefix_groups"
+            raise WorkloadError(
+                "workload.prefix_groups and workload.prefix_fraction go together; "
+                f"missing: workload.{missing}"
+            )
+        return self
+
     def columns(self) -> TraceColumns:
         """Generate the requests as columns (arrivals in ms, lengths in tokens)."""
         rng = np.random.default_rng(self.seed)
-        arrival = np.zeros(self.count, dtype=np.float64)
-        np.cumsum(rng.exponential(1000.0 / self.rate, size=self.count - 1), out=arrival[1:])
-        input_length = np.full(self.count, self.isl, dtype=np.uint32)
-        offsets, hash_ids = _fresh_hash_ids(input_length, self.trace_block_size)
+        arrival = self._arrivals(rng)
+        n = len(arrival)
+        input_length = self._lengths(self.isl, rng, n, "isl")
+        output_length = self._lengths(self.osl, rng, n, "osl")
+        if self.prefix_groups is None or self.prefix_fraction is None:
+            offsets, hash_ids = _fresh_hash_ids(input_length, self.trace_block_size)
+        else:
+            offsets, hash_ids = _grouped_hash_ids(
+                input_length, self.trace_block_size, self.prefix_groups, self.prefix_fraction
+            )
         return TraceColumns(
             arrival_ms=arrival,
             input_length=input_length,
-            output_length=np.full(self.count, self.osl, dtype=np.uint32),
+            output_length=output_length,
             hash_offsets=offsets,
             hash_ids=hash_ids,
             trace_block_size=self.trace_block_size,
         )
+
+    def _gaps(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        assert self.rate is not None  # the callers check
+        mean = 1000.0 / self.rate
+        if self.arrival == "gamma":
+            assert self.burstiness is not None  # checked at validation
+            return rng.gamma(self.burstiness, mean / self.burstiness, size)
+        return rng.exponential(mean, size)
+
+    def _arrivals(self, rng: np.random.Generator) -> np.ndarray:
+        if self.count is not None:
+            arrival = np.zeros(self.count, dtype=np.float64)
+            if self.rate is not None:
+                np.cumsum(self._gaps(rng, self.count - 1), out=arrival[1:])
+            return arrival
+        assert self.duration_s is not None and self.rate is not None  # checked at validation
+        end_ms = self.duration_s * 1000.0
+        expected = self.duration_s * self.rate
+        # Enough gaps to pass the end almost always; draw more (in order) if not.
+        chunk = int(expected + 8.0 * math.sqrt(expected)) + 64
+        parts = [np.zeros(1, dtype=np.float64)]
+        last = 0.0
+        while last < end_ms:
+            times = np.cumsum(self._gaps(rng, chunk))
+            times += last
+            parts.append(times)
+            last = float(times[-1])
+        arrival = np.concatenate(parts)
+        return arrival[: int(np.searchsorted(arrival, end_ms, side="left"))].copy()
+
+    @staticmethod
+    def _lengths(spec: Any, rng: np.random.Generator, size: int, field: str) -> np.ndarray:
+        if isinstance(spec, _LengthDistribution):
+            return spec._draw(rng, size, field)
+        return np.full(size, spec, dtype=np.uint32)
+
+
+#: Requests per slice when writing shared prefix ids: bounds the temporaries to a few MB.
+_GROUP_CHUNK = 1 << 16
+
+
+def _grouped_hash_ids(
+    input_length: np.ndarray, trace_block_size: int, groups: int, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR hash ids where each request's first blocks are its prefix group's shared ids.
+
+    Request ``i`` is in group ``i % groups`` and shares ``floor(fraction * input / block)``
+    blocks: block ``j < shared`` is id ``group * K + j`` (``K`` the largest ``shared``); every
+    other block gets an id of its own, ``min(groups, requests) * K`` plus its position in
+    ``hash_ids``.
+    """
+    shared = np.floor(fraction * input_length.astype(np.float64) / trace_block_size).astype(
+        np.intp  # np.repeat takes its counts as intp
+    )
+    n, width = len(shared), int(shared.max())
+    # Unique ids start past the shared ones; groups beyond the requests stay empty.
+    offsets, hash_ids = _fresh_hash_ids(input_length, trace_block_size, min(groups, n) * width)
+    for lo in range(0, n, _GROUP_CHUNK):
+        hi = min(lo + _GROUP_CHUNK, n)
+        count = shared[lo:hi]
+        # Position j = 0 .. shared[i] - 1 within each request i of the slice, concatenated.
+        pos = np.arange(int(count.sum()), dtype=np.uint64)
+        pos -= np.repeat((np.cumsum(count) - count).astype(np.uint64), count)
+        where = np.repeat(offsets[lo:hi], count)
+        where += pos
+        ids = np.repeat(np.arange(lo, hi, dtype=np.uint64) % np.uint64(groups), count)
+        ids *= np.uint64(width)
+        ids += pos
+        hash_ids[where] = ids
+    return offsets, hash_ids
 
 
 Workload = Annotated[TraceWorkload | SyntheticWorkload, Field(discriminator="kind")]
@@ -379,6 +773,11 @@ def _read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
     hash_counts: list[int] = []
     hash_flat: list[int] = []
     line_numbers: list[int] = []
+    # Sessions: each row's session in order of first appearance in the file (-1 for none) and
+    # its delay (NaN for none); renumbered in arrival order once the rows are sorted.
+    session_index: dict[int | str, int] = {}
+    sessions: list[int] = []
+    delays: list[float] = []
     for lineno, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
             continue
@@ -436,6 +835,11 @@ def _read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
                 f"{len(ids) * trace_block_size} tokens at {trace_block_size} tokens per id, "
                 f"but {in_key} is {input_length}"
             )
+        session, delay = _session_fields(where, row)
+        sessions.append(
+            -1 if session is None else session_index.setdefault(session, len(session_index))
+        )
+        delays.append(delay)
         timestamps.append(ts)
         inputs.append(input_length)
         outputs.append(output_length)
@@ -451,6 +855,15 @@ def _read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
     offsets, hash_ids = _csr_take(
         np.array(hash_counts, dtype=np.int64), np.array(hash_flat, dtype=np.uint64), order
     )
+    session_col = delay_col = None
+    if session_index:
+        session_col, delay_col = _session_columns(
+            path,
+            np.array(sessions, dtype=np.int64)[order],
+            np.array(delays, dtype=np.float64)[order],
+            np.array(line_numbers, dtype=np.int64)[order],
+            list(session_index),
+        )
     return TraceColumns(
         arrival_ms=ts_ms - ts_ms[0],
         input_length=np.array(inputs, dtype=np.uint32)[order],
@@ -458,7 +871,78 @@ def _read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
         hash_offsets=offsets,
         hash_ids=hash_ids,
         trace_block_size=trace_block_size,
+        session=session_col,
+        delay_ms=delay_col,
     )
+
+
+def _session_fields(where: str, row: dict[str, Any]) -> tuple[int | str | None, float]:
+    """A Mooncake row's ``session_id`` (None for none) and delay in ms (NaN for none).
+
+    JSON null counts as absent. Session ids are integers or strings (``1`` and ``"1"`` are two
+    sessions); a delay is a finite number of ms >= 0 and needs a session.
+    """
+    session = row.get("session_id")
+    if session is not None and type(session) is not int and type(session) is not str:
+        raise WorkloadError(
+            f"{where}: field 'session_id': expected an integer or a string, got {_shown(session)}"
+        )
+    if "delay_ms" in row:
+        if "delay" in row:
+            raise WorkloadError(
+                f"{where}: field 'delay_ms' is given twice, also as its alias 'delay'; keep one"
+            )
+        key = "delay_ms"
+    elif "delay" in row:
+        key = "delay"
+    else:
+        return session, math.nan
+    delay = row[key]
+    if delay is None:
+        return session, math.nan
+    # The comparison is False for NaN; type() keeps booleans out.
+    if type(delay) not in (int, float) or not 0 <= delay < _MAX_TIMESTAMP:
+        raise WorkloadError(
+            f"{where}: field {key!r}: expected a finite non-negative number of ms, "
+            f"got {_shown(delay)}"
+        )
+    if session is None:
+        raise WorkloadError(
+            f"{where}: field {key!r}: a delay applies between turns of a session, but the row "
+            f"has no 'session_id'; got {_shown(delay)}"
+        )
+    return session, float(delay)
+
+
+def _session_columns(
+    path: Path,
+    raw: np.ndarray,
+    delay: np.ndarray,
+    line_numbers: np.ndarray,
+    session_ids: list[int | str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Renumber sessions (rows in arrival order) densely in order of first appearance.
+
+    ``raw`` holds each row's index into ``session_ids`` (numbered in file order), -1 for none.
+    A delay on the first turn of a session is an error: that turn is sent at its timestamp.
+    """
+    has = raw >= 0
+    _, first, inverse = np.unique(raw[has], return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    session = np.full(len(raw), -1, dtype=np.int64)
+    session[has] = rank[inverse.reshape(-1)]
+    is_first = np.zeros(len(raw), dtype=bool)
+    is_first[np.flatnonzero(has)[first]] = True
+    bad = is_first & ~np.isnan(delay)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(
+            f"{path}:{line_numbers[i]}: field 'delay_ms' (or 'delay'): this row is the first "
+            f"turn of session {_shown(session_ids[raw[i]])} (its earliest timestamp) and is "
+            f"sent at its timestamp, so it takes no delay; got {_shown(float(delay[i]))}"
+        )
+    return session, np.ascontiguousarray(delay)
 
 
 def _csr_take(

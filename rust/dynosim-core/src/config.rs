@@ -292,6 +292,17 @@ pub enum TransferSizing {
     DestinationMissing,
 }
 
+/// When a disaggregated request's first token counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FirstToken {
+    /// When its KV lands on the decode worker (SPEC section 5).
+    KvArrival,
+    /// At the end of the decode worker's first pass that includes the request; the decode
+    /// worker also reserves blocks only between passes (Dynamo's mocker).
+    FirstDecodePass,
+}
+
 /// The KV geometry of a model, from which the bytes of one token's KV follow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -324,6 +335,8 @@ pub struct KvTransferConfig {
     /// Unset: `max_min` whenever a bandwidth is set.
     pub link_model: Option<LinkModel>,
     pub sizing: Option<TransferSizing>,
+    /// Unset: `kv_arrival`.
+    pub first_token: Option<FirstToken>,
     /// KV bytes of one token; or give `kv_shape`.
     pub kv_bytes_per_token: Option<f64>,
     pub kv_shape: Option<KvShape>,
@@ -332,6 +345,10 @@ pub struct KvTransferConfig {
 impl KvTransferConfig {
     pub fn sizing(&self) -> TransferSizing {
         self.sizing.unwrap_or(TransferSizing::FullPrompt)
+    }
+
+    pub fn first_token(&self) -> FirstToken {
+        self.first_token.unwrap_or(FirstToken::KvArrival)
     }
 
     pub fn link_model(&self) -> LinkModel {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::{Role, ServingMode, SimConfig, TransferSizing};
+use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
 use crate::report::{Counters, Records, Report, Status, TimeSeries};
@@ -88,6 +88,9 @@ struct Cluster {
     in_flight: Vec<Option<InFlight>>,
     sizing: TransferSizing,
     kv_bytes_per_token: f64,
+    /// The first token counts when the KV lands (else after the first decode pass, and decode
+    /// workers reserve blocks only between passes).
+    first_token_on_arrival: bool,
     /// Arrivals, pass ends and transfer ends processed.
     events: u64,
 }
@@ -142,6 +145,7 @@ impl Cluster {
             in_flight: Vec::new(),
             sizing: config.kv_transfer.sizing(),
             kv_bytes_per_token: config.kv_transfer.bytes_per_token(),
+            first_token_on_arrival: config.kv_transfer.first_token() == FirstToken::KvArrival,
             events: 0,
             ranks,
             workers,
@@ -347,7 +351,7 @@ impl Cluster {
         })?;
         records.transfer_end_ms[f.handoff.request as usize] = now;
         let (dst, src) = (f.dst as usize, f.handoff.src as usize);
-        self.ranks[dst].activate_remote(f.dst_handle, now, records);
+        self.ranks[dst].activate_remote(f.dst_handle, now, self.first_token_on_arrival, records);
         self.ranks[src].release_handoff(f.handoff.src_handle);
         self.touch(self.worker_of(dst));
         self.touch(self.worker_of(src));
@@ -525,7 +529,8 @@ pub fn replay(
         for k in 0..cluster.dirty.len() {
             let w = cluster.dirty[k] as usize;
             cluster.is_dirty[w] = false;
-            if cluster.disaggregated() && w >= cluster.num_prefill {
+            let between_passes = !cluster.workers[w].busy || cluster.first_token_on_arrival;
+            if cluster.disaggregated() && w >= cluster.num_prefill && between_passes {
                 cluster.reserve(w, now, workload, &mut records)?;
             }
             if cluster.workers[w].busy {

@@ -246,7 +246,7 @@ fn per_second(count: f64, duration_ms: f64) -> f64 {
 
 impl Report {
     pub fn build(
-        records: Records,
+        mut records: Records,
         timeseries: TimeSeries,
         counters: Counters,
         duration_ms: f64,

@@ -51,6 +51,10 @@ impl Seq {
     /// Give the cache identities of the prompt blocks that are full now, so later requests can
     /// share them; a block another request cached first stays private.
     fn name_full_blocks(&mut self, cache: &mut KvCache, block_size: u32) {
+        // Decode steps land here once every prompt block is named: skip the division.
+        if self.named as usize == self.hashes.len() {
+            return;
+        }
         let full = (self.computed / block_size).min(self.hashes.len() as u32);
         while self.named < full {
             if let Some(slot) = cache.register(self.hashes[self.named as usize]) {
@@ -220,17 +224,29 @@ impl Scheduler {
         Some((id, hit.blocks * self.config.block_size))
     }
 
-    /// Decode role: the KV of reserved request `handle` has arrived at `now`; its first token
-    /// counts from now and it joins the running batch (or finishes, if it wanted one token).
-    pub fn activate_remote(&mut self, handle: u32, now: f64, records: &mut Records) {
+    /// Decode role: the KV of reserved request `handle` has arrived at `now` and it joins the
+    /// running batch. With `first_token_now` its first token counts from now (it finishes at
+    /// once if it wanted one token); otherwise its next pass emits the first token.
+    pub fn activate_remote(
+        &mut self,
+        handle: u32,
+        now: f64,
+        first_token_now: bool,
+        records: &mut Records,
+    ) {
         self.receiving -= 1;
         let bs = self.config.block_size;
         let seq = &mut self.seqs[handle as usize];
         seq.computed = seq.prompt;
         seq.prefilling = false;
+        seq.name_full_blocks(&mut self.cache, bs);
+        if !first_token_now {
+            // A zero-token step on the next pass emits the first token (generated stays 0).
+            self.running.push(handle);
+            return;
+        }
         seq.generated = 1;
         seq.last_token_ms = now;
-        seq.name_full_blocks(&mut self.cache, bs);
         let r = seq.request as usize;
         records.first_token_ms[r] = now;
         if seq.output == 1 {
@@ -371,7 +387,9 @@ impl Scheduler {
     /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
     /// blocks so later requests can share them.
     fn schedule(&mut self, id: u32, n: u32, need: u32) {
-        self.cache.allocate(need);
+        if need > 0 {
+            self.cache.allocate(need);
+        }
         let bs = self.config.block_size;
         let seq = &mut self.seqs[id as usize];
         seq.private += need;

@@ -22,11 +22,11 @@ impl WeightedSamples {
         self.runs.iter().map(|r| r.1).sum()
     }
 
-    /// The distribution of all samples pushed so far.
-    pub fn distribution(&self) -> Distribution {
-        let mut runs = self.runs.clone();
-        runs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        Distribution::from_sorted_runs(&runs)
+    /// The distribution of all samples pushed so far (sorts them in place).
+    pub fn distribution(&mut self) -> Distribution {
+        // Radix sort: millions of inter-token gaps sort several times faster than by compare.
+        radsort::sort_by_key(&mut self.runs, |r| r.0);
+        Distribution::from_sorted_runs(&self.runs)
     }
 }
 
@@ -49,7 +49,7 @@ impl Distribution {
     /// Summarise plain samples; NaN samples are skipped (a metric a request does not have).
     pub fn of(values: impl IntoIterator<Item = f64>) -> Distribution {
         let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
-        v.sort_unstable_by(|a, b| a.total_cmp(b));
+        radsort::sort(&mut v);
         let runs: Vec<(f64, u64)> = v.into_iter().map(|x| (x, 1)).collect();
         Distribution::from_sorted_runs(&runs)
     }
@@ -126,12 +126,19 @@ mod tests {
     #[test]
     fn weighted_runs_equal_expanded_samples() {
         let mut w = WeightedSamples::default();
-        let values = [5.0, 5.0, 5.0, 1.0, 1.0, 9.0, 5.0];
+        let values = [5.0, 5.0, 5.0, 1.0, -1.0, 9.0, 5.0];
         for v in values {
             w.push(v);
         }
         assert_eq!(w.count(), 7);
-        assert_eq!(w.distribution(), Distribution::of(values));
+        let (a, b) = (w.distribution(), Distribution::of(values));
+        // Order statistics are exact; sums differ only in rounding (weights vs repeats).
+        assert_eq!(
+            (a.count, a.min, a.max, a.p50, a.p90, a.p99),
+            (b.count, b.min, b.max, b.p50, b.p90, b.p99)
+        );
+        assert!((a.mean.unwrap() - b.mean.unwrap()).abs() < 1e-12);
+        assert!((a.std.unwrap() - b.std.unwrap()).abs() < 1e-12);
     }
 
     #[test]

@@ -201,3 +201,18 @@ fn decode_pool_that_cannot_hold_a_request_rejects_it() {
     assert_eq!(r.records.status, [Status::Rejected as u8]);
     assert_eq!(r.summary.num_transfers, 0);
 }
+
+#[test]
+fn first_token_after_the_first_decode_pass() {
+    // Dynamo's accounting: the KV lands at 266 ms (as above), the decode worker's next pass
+    // (1 ms) emits the first token at 267, then 268 and 269.
+    let mut c = disagg(2, 1, None);
+    c.kv_transfer.first_token = Some(dynosim_core::config::FirstToken::FirstDecodePass);
+    let r = Rows::at_zero(&[1, 2], 3).replay(&c);
+    assert_eq!(r.records.transfer_end_ms, [266.0, 266.0]);
+    assert_eq!(r.derived.ttft_ms, [267.0, 267.0]);
+    assert_eq!(r.derived.e2e_ms, [269.0, 269.0]);
+    // A one-token request also waits for that pass.
+    let r = Rows::at_zero(&[1], 1).replay(&c);
+    assert_eq!(r.derived.e2e_ms, [10.0 + 128.0 + 1.0]);
+}

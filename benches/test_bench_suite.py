@@ -1,0 +1,147 @@
+"""More replay speed on the full Mooncake conversation trace (pytest-benchmark), beside
+``test_bench_replay.py`` (4 aggregated workers, 2+2 disaggregated with both link models and
+the trace load, all at the trace's own pace):
+
+* the same clusters with arrivals 4x faster (Dynamo's offline_replay_bench default), which
+  overloads them: KV evictions, preemptions and many concurrent transfers;
+* table timing (grids sampled from the polynomial model);
+* the canonical JSON report that offline_replay_bench hashes for its determinism check.
+
+Run: ``python -m pytest benches --benchmark-only``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dynosim
+from dynosim import _core
+from dynosim.report import Report
+
+TRACE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "data"
+    / "traces"
+    / "mooncake_conversation.jsonl"
+)
+OVERLOAD = 4.0  # arrival speedup ratio
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    if not TRACE.exists():
+        pytest.skip(f"{TRACE} is not available")
+    return dynosim.load_trace(TRACE).columns()
+
+
+def _disaggregated(link_model: str, speedup: float) -> dict:
+    """2 prefill + 2 decode workers, 64 GB/s links, Qwen3-32B bf16 KV (262,144 bytes/token)."""
+    return {
+        "cluster": {
+            "mode": "disaggregated",
+            "num_prefill_workers": 2,
+            "num_decode_workers": 2,
+            "arrival_speedup_ratio": speedup,
+        },
+        "engine": {"block_size": 64},
+        "kv_transfer": {
+            "bandwidth_gbps": 64.0,
+            "kv_bytes_per_token": 262_144,
+            "link_model": link_model,
+        },
+    }
+
+
+def test_aggregated_overloaded(benchmark, conversation):
+    config = dynosim.load_config(
+        {
+            "cluster": {"num_workers": 4, "arrival_speedup_ratio": OVERLOAD},
+            "engine": {"block_size": 64},
+        }
+    )
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    assert s["num_preemptions"] > 0 and s["num_evictions"] > 0  # the regime this bench is for
+    benchmark.extra_info.update(
+        passes=s["num_passes"], preemptions=s["num_preemptions"], evictions=s["num_evictions"]
+    )
+
+
+@pytest.mark.parametrize("link_model", ["max_min", "line_rate"])
+def test_disaggregated_overloaded(benchmark, conversation, link_model):
+    config = dynosim.load_config(_disaggregated(link_model, OVERLOAD))
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    assert s["num_transfers"] == s["completed_requests"]
+    benchmark.extra_info.update(
+        rate_recomputations=s["rate_recomputations"], transfer_mean_ms=s["transfer_ms"]["mean"]
+    )
+
+
+def _polynomial_table() -> dict:
+    """Table timing sampled from the polynomial model (SPEC section 4) on 64 x 64 blocks of
+    16,384 KV blocks per worker: prefill over tokens in the pass (batch-independent), decode
+    over batch size and mean context (the polynomial's load is batch x context / capacity)."""
+    capacity = 16_384 * 64
+    tokens = [1, 256, 1024, 2048, 4096, 8192, 16_384]
+    prefill_batch = [1, 4, 16, 64]
+    decode_batch = [1, 8, 32, 64, 128, 256]
+    context = [64, 1024, 4096, 16_384, 65_536, 131_072]
+
+    def prefill_ms(t: float) -> float:
+        return 4.209989e-7 * t * t + 1.518344e-2 * t + 16.50142
+
+    def decode_ms(load: float) -> float:
+        p = min(1.0, load)
+        return max(1.0, -25.74 * p * p + 54.01 * p + 5.74)
+
+    return {
+        "model": "table",
+        "prefill_tokens": tokens,
+        "prefill_batch": prefill_batch,
+        "prefill_ms": [[prefill_ms(t) for _ in prefill_batch] for t in tokens],
+        "decode_batch": decode_batch,
+        "decode_context": context,
+        "decode_ms": [[decode_ms(b * c / capacity) for c in context] for b in decode_batch],
+    }
+
+
+@pytest.mark.skipif(
+    not hasattr(dynosim, "TableTiming"), reason="this dynosim has no table timing model"
+)
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
+def test_table_timing(benchmark, conversation, mode):
+    settings = (
+        {"cluster": {"num_workers": 4}, "engine": {"block_size": 64}}
+        if mode == "aggregated"
+        else _disaggregated("max_min", 1.0)
+    )
+    config = dynosim.load_config({**settings, "timing": _polynomial_table()})
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert report.config["timing"]["model"] == "table"
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
+
+
+def test_canonical_report_json(benchmark, conversation):
+    config = dynosim.load_config({"cluster": {"num_workers": 4}, "engine": {"block_size": 64}})
+    c = conversation
+    raw = _core.replay(
+        c.arrival_ms,
+        c.input_length,
+        c.output_length,
+        c.hash_offsets,
+        c.hash_ids,
+        c.trace_block_size,
+        config.to_core_json(),
+    )
+    # A fresh Report each round: to_json() caches its result.
+    text = benchmark(lambda: Report(raw).to_json())
+    assert text == dynosim.replay(conversation, config).to_json()
+    benchmark.extra_info.update(megabytes=len(text) / 1e6)

@@ -1,0 +1,476 @@
+"""``offline_replay_bench``: time dynosim's replay of a trace, check that repeated replays give
+the same canonical report, and optionally run Dynamo's own offline replay on the same trace and
+settings for a side-by-side table.
+
+Each iteration reads and parses the trace, then replays it (the same work Dynamo's
+``run_mocker_trace_replay`` does in one call). Run ``offline_replay_bench --help`` or
+``python -m dynosim.bench --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import IO, Any, get_args
+
+from dynosim.cli import EXIT_BAD_INPUT, EXIT_FAILED, render_summary
+from dynosim.compare import DynamoReplay, DynamoRun, metric_rows
+from dynosim.config import ClusterConfig, SimConfig
+from dynosim.errors import DynosimError
+from dynosim.replay import replay
+from dynosim.report import Report
+from dynosim.workload import load_trace
+
+#: Exit code when two iterations' canonical reports differ (0: all equal; see dynosim.cli for
+#: bad input and failed simulations).
+EXIT_NONDETERMINISTIC = 3
+
+_ROUTERS: tuple[str, ...] = get_args(ClusterConfig.model_fields["router"].annotation)
+
+
+class PeakRss:
+    """Peak resident memory of this process (MiB) since the last :meth:`reset`.
+
+    On Linux the kernel's high-water mark is reset through ``/proc/self/clear_refs``, so each
+    iteration gets its own peak; elsewhere the peak covers the whole process so far.
+    """
+
+    _STATUS = Path("/proc/self/status")
+
+    def reset(self) -> None:
+        """Start a new measurement window (a no-op where the kernel cannot reset the peak)."""
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+    def peak_mib(self) -> float:
+        """The peak resident set size (MiB) of the current window."""
+        try:
+            match = re.search(r"^VmHWM:\s+(\d+) kB", self._STATUS.read_text(), re.MULTILINE)
+        except OSError:
+            match = None
+        if match:
+            return int(match.group(1)) / 1024.0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is in KiB on Linux and in bytes on macOS.
+        return peak / (1024.0 * 1024.0 if sys.platform == "darwin" else 1024.0)
+
+
+@dataclass(frozen=True)
+class IterationTiming:
+    """What one iteration cost: trace load and replay wall time, their sum, the process CPU
+    time over both (all threads), all in ms, and the peak resident memory (MiB)."""
+
+    iteration: int
+    trace_load_ms: float
+    replay_ms: float
+    wall_ms: float
+    cpu_ms: float
+    peak_rss_mib: float
+
+
+def run_iteration(
+    trace: Path, trace_block_size: int, config: SimConfig, iteration: int, rss: PeakRss
+) -> tuple[Report, IterationTiming]:
+    """Load ``trace`` (``trace_block_size`` tokens per hash id) and replay it under ``config``;
+    return the report and the iteration's timing."""
+    rss.reset()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    workload = load_trace(trace, trace_block_size=trace_block_size)
+    wall1 = time.perf_counter()
+    report = replay(workload, config)
+    wall2, cpu2 = time.perf_counter(), time.process_time()
+    return report, IterationTiming(
+        iteration=iteration,
+        trace_load_ms=(wall1 - wall0) * 1000.0,
+        replay_ms=(wall2 - wall1) * 1000.0,
+        wall_ms=(wall2 - wall0) * 1000.0,
+        cpu_ms=(cpu2 - cpu0) * 1000.0,
+        peak_rss_mib=rss.peak_mib(),
+    )
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The dotted path of the first place two JSON values differ (None when equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys()):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in a or key not in b:
+                return where
+            found = first_difference(a[key], b[key], where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):  # lengths compared below
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None if len(a) == len(b) else f"{path} (length {len(a)} vs {len(b)})"
+    return None if a == b else (path or "(the whole document)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = SimConfig()  # defaults come from the core; the help shows them
+    p = argparse.ArgumentParser(
+        prog="offline_replay_bench",
+        description="Replay a trace with dynosim, time every iteration (trace load + replay), "
+        "check that all iterations give the same canonical report, and optionally run "
+        "Dynamo's offline replay on the same trace and settings (--compare dynamo).",
+    )
+    p.add_argument("trace", type=Path, help="trace file: Mooncake JSONL or Azure CSV")
+    p.add_argument(
+        "--serving-mode",
+        choices=["aggregated", "disagg"],
+        default="aggregated",
+        help="aggregated workers, or prefill and decode workers (default: aggregated)",
+    )
+    p.add_argument(
+        "--num-workers", type=int, metavar="N", help=f"workers (default {d.cluster.num_workers})"
+    )
+    p.add_argument(
+        "--num-prefill-workers",
+        type=int,
+        metavar="N",
+        help=f"disagg: prefill workers (default {d.cluster.num_prefill_workers})",
+    )
+    p.add_argument(
+        "--num-decode-workers",
+        type=int,
+        metavar="N",
+        help=f"disagg: decode workers (default {d.cluster.num_decode_workers})",
+    )
+    p.add_argument(
+        "--router-mode",
+        default=d.cluster.router,
+        metavar="MODE",
+        help=f"how requests are spread over workers; dynosim has: {', '.join(_ROUTERS)}",
+    )
+    p.add_argument(
+        "--arrival-speedup-ratio",
+        type=float,
+        metavar="R",
+        help="divide every inter-arrival gap by R "
+        f"(default {d.cluster.arrival_speedup_ratio:g}; Dynamo's own bench defaults to 4)",
+    )
+    p.add_argument(
+        "--trace-block-size",
+        type=int,
+        default=512,
+        metavar="TOKENS",
+        help="tokens per trace hash id (default 512)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        metavar="TOKENS",
+        help=f"tokens per KV block (default {d.engine.block_size})",
+    )
+    p.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        metavar="N",
+        help=f"KV blocks per worker (default {d.engine.num_gpu_blocks})",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        metavar="N",
+        help=f"most running requests per worker (default {d.engine.max_num_seqs})",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        metavar="TOKENS",
+        help=f"token budget of one pass (default {d.engine.max_num_batched_tokens})",
+    )
+    p.add_argument(
+        "--kv-bytes-per-token", type=float, metavar="BYTES", help="disagg: KV bytes of one token"
+    )
+    p.add_argument(
+        "--kv-transfer-bandwidth",
+        type=float,
+        metavar="GB/s",
+        help="disagg: KV link bandwidth in GB/s (1e9 B/s); unset: instant transfers",
+    )
+    p.add_argument(
+        "--link-model",
+        choices=["max_min", "line_rate"],
+        help="disagg: links shared max-min fairly (dynosim's default) or every transfer at "
+        "line rate (Dynamo's model; the default with --compare dynamo)",
+    )
+    p.add_argument(
+        "--iterations", type=int, default=1, metavar="N", help="replays to run (default 1)"
+    )
+    p.add_argument(
+        "--report-json", type=Path, metavar="PATH", help="write the last canonical report here"
+    )
+    p.add_argument(
+        "--timings-jsonl",
+        type=Path,
+        metavar="PATH",
+        help="write one JSON line per iteration: wall, CPU, trace load and replay ms, peak RSS MiB",
+    )
+    p.add_argument(
+        "--canonical-reports-jsonl",
+        type=Path,
+        metavar="PATH",
+        help="write every iteration's canonical report, one per line",
+    )
+    p.add_argument(
+        "--compare",
+        choices=["dynamo"],
+        help="also run Dynamo's offline replay (pip install 'dynosim[compare]') on the same "
+        "trace and settings, as often as --iterations, and print both side by side",
+    )
+    return p
+
+
+_DISAGG_ONLY = (
+    "num_prefill_workers",
+    "num_decode_workers",
+    "kv_bytes_per_token",
+    "kv_transfer_bandwidth",
+    "link_model",
+)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SimConfig:
+    """The SimConfig the flags describe (defaults from dynosim); flag conflicts end the
+    program through ``parser.error`` (exit status 2)."""
+    router = args.router_mode.replace("-", "_")  # Dynamo spells it round-robin
+    if router not in _ROUTERS:
+        parser.error(
+            f"--router-mode {args.router_mode}: not available in dynosim yet; "
+            f"choose from {', '.join(_ROUTERS)}"
+        )
+    if args.iterations < 1:
+        parser.error(f"--iterations must be at least 1, got {args.iterations}")
+    if args.serving_mode == "aggregated":
+        given = [_flag(n) for n in _DISAGG_ONLY if getattr(args, n) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --serving-mode disagg")
+    elif args.num_workers is not None:
+        parser.error(
+            "--num-workers: counts aggregated workers; with --serving-mode disagg give "
+            "--num-prefill-workers and --num-decode-workers"
+        )
+    link_model = args.link_model
+    if args.compare == "dynamo" and args.serving_mode == "disagg":
+        if link_model == "max_min":
+            parser.error(
+                "--link-model max_min: Dynamo moves every transfer at line rate; "
+                "--compare dynamo needs --link-model line_rate"
+            )
+        link_model = "line_rate"
+    data: dict[str, Any] = SimConfig().model_dump()
+    if args.compare == "dynamo" and args.serving_mode == "disagg":
+        # Count first tokens as Dynamo does: after the decode worker's first pass.
+        data["kv_transfer"]["first_token"] = "first_decode_pass"
+    data["cluster"]["router"] = router
+    data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
+    for value, section, key in (
+        (args.num_workers, "cluster", "num_workers"),
+        (args.num_prefill_workers, "cluster", "num_prefill_workers"),
+        (args.num_decode_workers, "cluster", "num_decode_workers"),
+        (args.arrival_speedup_ratio, "cluster", "arrival_speedup_ratio"),
+        (args.block_size, "engine", "block_size"),
+        (args.num_gpu_blocks, "engine", "num_gpu_blocks"),
+        (args.max_num_seqs, "engine", "max_num_seqs"),
+        (args.max_num_batched_tokens, "engine", "max_num_batched_tokens"),
+        (args.kv_bytes_per_token, "kv_transfer", "kv_bytes_per_token"),
+        (args.kv_transfer_bandwidth, "kv_transfer", "bandwidth_gbps"),
+        (link_model, "kv_transfer", "link_model"),
+    ):
+        if value is not None:
+            data[section][key] = value
+    return SimConfig.model_validate(data)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.2f}"
+
+
+def _ratio(dynosim_ms: float, dynamo_ms: float) -> str:
+    return f"{dynamo_ms / dynosim_ms:,.1f}x faster" if dynosim_ms > 0 else "-"
+
+
+def timing_table(timings: Sequence[IterationTiming], dynamo_runs: Sequence[DynamoRun]) -> Any:
+    """A rich Table of every iteration's cost (ms, MiB), Dynamo's runs below dynosim's."""
+    from rich.table import Table
+
+    table = Table(title="iterations (ms; peak RSS in MiB)", title_justify="left")
+    for col in ("run", "trace load", "replay", "wall", "CPU", "peak RSS"):
+        table.add_column(col, justify="right" if col != "run" else "left")
+    for t in timings:
+        table.add_row(
+            f"dynosim {t.iteration}",
+            *(_fmt(v) for v in (t.trace_load_ms, t.replay_ms, t.wall_ms, t.cpu_ms, t.peak_rss_mib)),
+        )
+    for i, run in enumerate(dynamo_runs, start=1):
+        table.add_row(
+            f"Dynamo {i}",
+            "(inside)",
+            *(_fmt(v) for v in (run.simulation_ms, run.wall_ms, run.cpu_ms, run.peak_rss_mib)),
+        )
+    return table
+
+
+def comparison_table(
+    report: Report,
+    timings: Sequence[IterationTiming],
+    dynamo_runs: Sequence[DynamoRun],
+    dynamo_version: str,
+) -> Any:
+    """The side-by-side rich Table: medians of wall and CPU time (ms) with Dynamo's time over
+    dynosim's, then every metric of ``dynosim.compare.METRICS`` with its relative difference
+    (dynosim - Dynamo) / Dynamo."""
+    from rich.table import Table
+
+    def median(values: Any) -> float:
+        return statistics.median(list(values))
+
+    n = len(timings)
+    table = Table(
+        title=f"dynosim vs Dynamo {dynamo_version} offline replay (median of {n} run"
+        f"{'s' if n > 1 else ''} each)",
+        title_justify="left",
+    )
+    table.add_column("metric", style="bold")
+    table.add_column("dynosim", justify="right")
+    table.add_column("Dynamo", justify="right")
+    table.add_column("difference", justify="right")
+    for label, ours, theirs in (
+        (
+            "wall: trace load + replay (ms)",
+            median(t.wall_ms for t in timings),
+            median(r.wall_ms for r in dynamo_runs),
+        ),
+        (
+            "wall: replay only (ms)",
+            median(t.replay_ms for t in timings),
+            median(r.simulation_ms for r in dynamo_runs),
+        ),
+        (
+            "CPU: trace load + replay (ms)",
+            median(t.cpu_ms for t in timings),
+            median(r.cpu_ms for r in dynamo_runs),
+        ),
+    ):
+        table.add_row(label, _fmt(ours), _fmt(theirs), _ratio(ours, theirs))
+    for label, ours, theirs, rel in metric_rows(report, dynamo_runs[-1].summary):
+        diff = "-" if rel is None else f"{rel * 100:+.2f} %"
+        table.add_row(label, _fmt(ours), _fmt(theirs), diff)
+    return table
+
+
+def _write_jsonl(handle: IO[str] | None, record: Any) -> None:
+    if handle is not None:
+        handle.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _open(path: Path | None) -> IO[str] | None:
+    return None if path is None else path.open("w", encoding="utf-8")
+
+
+def _run(args: argparse.Namespace, config: SimConfig) -> int:
+    from rich.console import Console
+
+    console = Console()
+    dynamo = None
+    if args.compare == "dynamo":
+        # Built first so an unusable trace, setting or install fails before any replay.
+        dynamo = DynamoReplay(args.trace, config, args.trace_block_size)
+    rss = PeakRss()
+    timings: list[IterationTiming] = []
+    dynamo_runs: list[DynamoRun] = []
+    first_json: str | None = None
+    first_digest = ""
+    mismatch: str | None = None
+    timings_out = _open(args.timings_jsonl)
+    reports_out = _open(args.canonical_reports_jsonl)
+    try:
+        for i in range(1, args.iterations + 1):
+            report, timing = run_iteration(args.trace, args.trace_block_size, config, i, rss)
+            timings.append(timing)
+            _write_jsonl(timings_out, {"simulator": "dynosim", **asdict(timing)})
+            canonical = report.to_json()
+            digest = hashlib.sha256(canonical.encode()).hexdigest()
+            if reports_out is not None:
+                reports_out.write(canonical + "\n")
+            if first_json is None:
+                first_json, first_digest = canonical, digest
+            elif digest != first_digest and mismatch is None:
+                where = first_difference(json.loads(first_json), json.loads(canonical))
+                mismatch = f"iteration {i}'s canonical report differs from iteration 1's at {where}"
+        if dynamo is not None:
+            # After every dynosim iteration: Dynamo's memory stays mapped in this process and
+            # would otherwise show in dynosim's peak RSS.
+            for i in range(1, args.iterations + 1):
+                run = dynamo.run(rss)
+                dynamo_runs.append(run)
+                # trace_load_ms is null: Dynamo reads the trace inside its call.
+                row = {"simulator": "dynamo", "iteration": i, "trace_load_ms": None}
+                row.update(replay_ms=run.simulation_ms, wall_ms=run.wall_ms, cpu_ms=run.cpu_ms)
+                _write_jsonl(timings_out, {**row, "peak_rss_mib": run.peak_rss_mib})
+    finally:
+        for handle in (timings_out, reports_out):
+            if handle is not None:
+                handle.close()
+    if args.report_json is not None:
+        args.report_json.write_text(report.to_json() + "\n", encoding="utf-8")
+    console.print(render_summary(report, str(args.trace)))
+    console.print(timing_table(timings, dynamo_runs))
+    if dynamo_runs:
+        console.print(comparison_table(report, timings, dynamo_runs, version("ai-dynamo-runtime")))
+    if mismatch is not None:
+        print(f"offline_replay_bench: error: not deterministic: {mismatch}", file=sys.stderr)
+        return EXIT_NONDETERMINISTIC
+    if args.iterations > 1:
+        console.print(
+            f"deterministic: {args.iterations} iterations gave the same canonical report "
+            f"(sha256 {first_digest[:16]})"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``offline_replay_bench`` and ``python -m dynosim.bench``; returns the exit
+    code: 0, 2 for bad input, 1 for a failed run, 3 when iterations disagree."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = build_config(args, parser)
+        return _run(args, config)
+    except ValueError as e:  # bad trace, configuration or settings Dynamo cannot model
+        print(f"offline_replay_bench: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DynosimError as e:  # a failed replay, or the compare extra missing
+        print(f"offline_replay_bench: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:  # an output file that cannot be written
+        print(f"offline_replay_bench: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

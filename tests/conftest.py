@@ -10,6 +10,21 @@ import pytest
 
 from dynosim import TraceColumns
 
+
+def have(module: str) -> bool:
+    """Whether an optional dependency is importable."""
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+#: Marks tests that need AIConfigurator (the ``aic`` extra).
+needs_aic = pytest.mark.skipif(
+    not have("aiconfigurator_core"), reason="needs the aic extra (pip install 'dynosim[aic]')"
+)
+
 #: The project's shared traces sit beside the repository (CI clones it next to shared/).
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 
@@ -47,3 +62,16 @@ def make_columns(
 def columns() -> Callable[..., TraceColumns]:
     """Factory of in-memory columns: ``columns([(t_ms, isl, osl, [ids...]), ...], tbs)``."""
     return make_columns
+
+
+def head_columns(cols: TraceColumns, n: int) -> TraceColumns:
+    """The first ``n`` requests of ``cols`` (a trace without sessions)."""
+    end = int(cols.hash_offsets[n])
+    return TraceColumns(
+        arrival_ms=cols.arrival_ms[:n].copy(),
+        input_length=cols.input_length[:n].copy(),
+        output_length=cols.output_length[:n].copy(),
+        hash_offsets=cols.hash_offsets[: n + 1].copy(),
+        hash_ids=cols.hash_ids[:end].copy(),
+        trace_block_size=cols.trace_block_size,
+    )

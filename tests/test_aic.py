@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_columns
+from conftest import have, make_columns, needs_aic
 
 import dynosim
 import dynosim.config
@@ -19,19 +19,6 @@ from dynosim.config import TableTiming
 from dynosim.errors import ConfigError, MissingExtraError
 
 QWEN = {"model_name": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "trtllm"}
-
-
-def _have(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
-needs_aic = pytest.mark.skipif(
-    not _have("aiconfigurator_core"), reason="needs the aic extra (pip install 'dynosim[aic]')"
-)
 
 
 def bilinear(x: list[float], y: list[float], z: list[list[float]], a: float, b: float) -> float:
@@ -70,7 +57,7 @@ def aic_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def qwen_table(aic_cache):
     """Qwen3-32B, h200_sxm, trtllm, TP1 tables (built once per session, ~2 s)."""
-    if not _have("aiconfigurator_core"):
+    if not have("aiconfigurator_core"):
         pytest.skip("needs the aic extra")
     return aic_table_timing(AicTiming(**QWEN, tp=1), cache_dir=aic_cache)
 
@@ -78,7 +65,7 @@ def qwen_table(aic_cache):
 @pytest.fixture(scope="session")
 def aic_engine():
     """AIC's engine for Qwen3-32B on h200_sxm, trtllm, TP1, to check the tables against."""
-    if not _have("aiconfigurator_core"):
+    if not have("aiconfigurator_core"):
         pytest.skip("needs the aic extra")
     from aiconfigurator_core.sdk.engine import EngineHandle
 
@@ -273,7 +260,7 @@ def test_missing_extra_says_what_to_install(monkeypatch):
 @pytest.fixture
 def no_engine(monkeypatch):
     """Unsupported inputs must be refused before any AIC engine is built."""
-    if not _have("aiconfigurator_core"):
+    if not have("aiconfigurator_core"):
         pytest.skip("needs the aic extra")
     from aiconfigurator_core.sdk.engine import EngineHandle
 
@@ -371,7 +358,7 @@ def test_static_batch_matches_aiconfigurator(qwen_table, isl):
     step's own context, hence TPOT agrees to ~0.1 % rather than exactly. Throughput is
     8 x OSL / (TTFT + 127 x TPOT) on both sides (AIC's ``tokens/s`` = ``seq/s`` x OSL).
     """
-    if not (hasattr(dynosim.config, "TableTiming") and _have("aiconfigurator")):
+    if not (hasattr(dynosim.config, "TableTiming") and have("aiconfigurator")):
         pytest.skip("needs dynosim.config.TableTiming and the aic extra")
     from aiconfigurator.cli.api import cli_estimate
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_aic
 
 from dynosim.capacity import (
     KvGeometry,
@@ -17,19 +18,6 @@ from dynosim.capacity import (
     model_weight_bytes,
 )
 from dynosim.errors import ConfigError, MissingExtraError
-
-
-def _have(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
-needs_aic = pytest.mark.skipif(
-    not _have("aiconfigurator_core"), reason="needs the aic extra (pip install 'dynosim[aic]')"
-)
 
 #: Qwen3-32B's shape (its Hugging Face config.json, trimmed to what capacity reads).
 QWEN3_32B = {

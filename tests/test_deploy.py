@@ -506,3 +506,21 @@ def test_load_candidate_names_the_file(tmp_path):
     path.write_text(yaml.safe_dump({**candidate("vllm", "agg").model_dump(), "mode": "mixed"}))
     with pytest.raises(ConfigError, match=r"c\.yaml: candidate\.mode: Input should be 'agg'"):
         dynosim.load_candidate(path)
+
+
+def test_synthetic_with_drawn_lengths_lowers_from_its_rows():
+    work = SyntheticWorkload(
+        isl={"dist": "uniform", "low": 100, "high": 300},
+        osl={"dist": "uniform", "low": 10, "high": 20},
+        duration_s=100.0,
+        rate=5.0,
+        seed=4,
+    )
+    cols = work.columns()
+    lowered = lower_workload(work)
+    assert lowered.kind == "synthetic"
+    assert lowered.requests == len(cols)
+    assert lowered.longest_prompt == int(cols.input_length.max())
+    totals = cols.input_length.astype(int) + cols.output_length.astype(int)
+    assert lowered.context_length == int(totals.max())
+    assert abs(lowered.isl - cols.input_length.mean()) <= 0.5

@@ -35,8 +35,12 @@ def replay(
     """Replay columnar requests (times in ms, lengths in tokens) without the GIL.
 
     Returns ``summary_json``, ``config_json``, ``requests`` (dict of 1-D arrays, one entry per
-    request) and ``timeseries`` (dict of arrays). Raises WorkloadError, ConfigError or
-    SimulationError from ``dynosim.errors``.
+    request) and ``timeseries`` (dict of arrays). With offload tiers (``offload.g2_blocks``
+    set) ``requests`` also has ``g1_hit_blocks``, ``g2_hit_blocks``, ``g3_hit_blocks``,
+    ``onboard_start_ms`` and ``onboard_end_ms``, ``timeseries`` has ``g2_blocks_used`` and
+    ``g3_blocks_used`` (all ranks), and the summary an ``offload`` section; without tiers none
+    of these keys exist. Raises WorkloadError, ConfigError or SimulationError from
+    ``dynosim.errors``.
     """
 
 def max_min_rates(

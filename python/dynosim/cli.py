@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--transfer-sizing", choices=["full_prompt", "destination_missing"], help="tokens moved"
     )
+    o = r.add_argument_group("KV offload tiers (need --kv-bytes-per-token)")
+    o.add_argument("--g2-blocks", type=int, help="G2 (host memory) blocks per rank")
+    o.add_argument("--g3-blocks", type=int, help="G3 (disk) blocks per rank, or of the pool")
+    o.add_argument(
+        "--g3-shared", action="store_true", default=None, help="one G3 pool for the cluster"
+    )
+    o.add_argument("--g1-g2-gbps", type=float, help="each rank's G1<->G2 link per direction")
+    o.add_argument("--g2-g3-gbps", type=float, help="each G2<->G3 link (or the pool's), GB/s")
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     sub.add_parser("schema", help="print the JSON schema of the configuration file")
@@ -142,6 +150,11 @@ def _config(args: argparse.Namespace) -> SimConfig:
         ("concurrency", "cluster", "concurrency"),
         ("tp", "engine", "tensor_parallel_size"),
         ("dp", "engine", "data_parallel_size"),
+        ("g2_blocks", "offload", "g2_blocks"),
+        ("g3_blocks", "offload", "g3_blocks"),
+        ("g3_shared", "offload", "g3_shared"),
+        ("g1_g2_gbps", "offload", "g1_g2_gbps"),
+        ("g2_g3_gbps", "offload", "g2_g3_gbps"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -245,6 +258,21 @@ def render_summary(report: Report, source: str) -> Any:
             ("max link utilization", _fmt(max(util), 4) if util else "-"),
             ("rate recomputations", f"{s['rate_recomputations']:,}"),
         ]
+    if "offload" in s:
+        o = s["offload"]
+        rows.append(
+            (
+                "hit blocks G1 / G2 / G3",
+                f"{o['g1_hit_blocks']:,} / {o['g2_hit_blocks']:,} / {o['g3_hit_blocks']:,}",
+            )
+        )
+        rows.append(
+            (
+                "onboards / ms mean / GB up / GB down",
+                f"{o['num_onboards']:,} / {_fmt(o['onboard_ms']['mean'])} / "
+                f"{o['onboard_bytes'] / 1e9:,.2f} / {o['offload_bytes'] / 1e9:,.2f}",
+            )
+        )
     for name, value in rows:
         head.add_row(name, value)
     lat = Table(title="latency (ms)", title_justify="left")

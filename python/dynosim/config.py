@@ -303,6 +303,32 @@ class ReportConfig(_Settings):
     )
 
 
+class OffloadConfig(_Settings):
+    """KV offload tiers (SPEC section 6): G2 host memory per rank, G3 disk per rank or shared.
+    Needs ``kv_transfer.kv_bytes_per_token`` (or ``kv_shape``) to size block moves."""
+
+    g2_blocks: int | None = Field(
+        _default("offload", "g2_blocks"),
+        description="G2 (host memory) blocks per rank; unset: no offload tiers.",
+    )
+    g3_blocks: int | None = Field(
+        _default("offload", "g3_blocks"),
+        description="G3 (disk) blocks per rank, or of the one pool with g3_shared; needs G2.",
+    )
+    g3_shared: bool = Field(
+        _default("offload", "g3_shared"),
+        description="One G3 pool and G2<->G3 link pair shared by the whole cluster.",
+    )
+    g1_g2_gbps: float = Field(
+        _default("offload", "g1_g2_gbps"),
+        description="Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s).",
+    )
+    g2_g3_gbps: float = Field(
+        _default("offload", "g2_g3_gbps"),
+        description="Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s).",
+    )
+
+
 class SimConfig(_Settings):
     """Everything a replay needs besides the workload."""
 
@@ -314,6 +340,7 @@ class SimConfig(_Settings):
     kv_transfer: KvTransferConfig = KvTransferConfig()
     sla: SlaConfig = SlaConfig()
     report: ReportConfig = ReportConfig()
+    offload: OffloadConfig = OffloadConfig()
 
     @model_validator(mode="after")
     def _check_ranges(self) -> SimConfig:
@@ -375,6 +402,7 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "OffloadConfig",
     "PolynomialTiming",
     "ReportConfig",
     "RoleConfig",

@@ -278,8 +278,9 @@ def lower_workload(
 ) -> LoweredWorkload:
     """Derive what AIC needs from a workload, exactly as given; the one place this happens.
 
-    A synthetic workload supplies its own ``isl`` and ``osl``. A trace workload (which has no
-    fixed length; one given isl/osl is refused by the workload rule) is lowered from its rows:
+    A synthetic workload with fixed lengths and count supplies its own ``isl`` and ``osl``. A
+    trace workload (which has no fixed length; one given isl/osl is refused by the workload
+    rule), or a synthetic one with drawn lengths or a duration, is lowered from its rows:
 
     * ``isl`` / ``osl``: the mean prompt and output length, rounded half up. With the generator
       keeping the engine limits passed in, AIC uses these lengths only for its benchmark
@@ -295,13 +296,22 @@ def lower_workload(
     served. All lengths are tokens.
     """
     wl = _as_workload(workload)
-    if isinstance(wl, SyntheticWorkload):
-        kind: Literal["trace", "synthetic"] = "synthetic"
+    kind: Literal["trace", "synthetic"] = (
+        "synthetic" if isinstance(wl, SyntheticWorkload) else "trace"
+    )
+    fixed = (
+        isinstance(wl, SyntheticWorkload)
+        and isinstance(wl.isl, int)
+        and isinstance(wl.osl, int)
+        and wl.count is not None
+    )
+    if fixed:
         isl, osl, requests = wl.isl, wl.osl, wl.count
         longest_prompt = wl.isl
         totals = np.array([wl.isl + wl.osl], dtype=np.int64)
     else:
-        kind = "trace"
+        # Lengths drawn from distributions (or a duration) are lowered from the generated rows
+        # like a trace's: the same statistics of real, not invented, lengths.
         cols = wl.columns()
         prompts = cols.input_length.astype(np.int64)
         outputs = cols.output_length.astype(np.int64)
@@ -310,7 +320,7 @@ def lower_workload(
         longest_prompt = int(prompts.max())
     longest = int(totals.max())
     if context_length is not None and context_length < longest:
-        over = requests if kind == "synthetic" else int((totals > context_length).sum())
+        over = requests if fixed else int((totals > context_length).sum())
         raise ConfigError(
             f"candidate.context_length {context_length} is shorter than the longest request of "
             f"the {kind} workload ({longest} tokens, prompt plus output); the deployment would "

@@ -729,6 +729,16 @@ def load_trace(
     ``UserWarning`` names the file, how many rows were out of order and the first one's line.
     Every problem in the file raises :class:`~dynosim.errors.WorkloadError` naming the file,
     line, field and value.
+
+    Sessions (Mooncake only): a row may carry ``session_id`` (an integer or a string; ``1`` and
+    ``"1"`` are different sessions) and ``delay_ms`` (alias ``delay``: finite ms >= 0, only on
+    a row with a ``session_id``); JSON null counts as absent. The rows of one session are its
+    turns in file order *after* the stable timestamp sort: turn 1 is the row with the earliest
+    timestamp and is sent at it, so it takes no delay (an error); turn n + 1 is sent when turn
+    n completes plus its ``delay_ms``, or plus the timestamp gap between the two turns when it
+    has none. Sessions become :attr:`TraceColumns.session` (numbered 0, 1, ... in order of
+    first appearance, -1 for rows without one) and :attr:`TraceColumns.delay_ms` (NaN where
+    none was given); both are None when no row has a ``session_id``.
     """
     workload = TraceWorkload(path=Path(path), trace_block_size=trace_block_size, format=format)
     workload.columns()

@@ -393,6 +393,42 @@ impl Default for ReportConfig {
     }
 }
 
+/// KV offload tiers (SPEC section 6): G2 host memory per rank and G3 disk, per rank or one pool
+/// for the whole cluster. No G2 size: no tiers, and the replay is exactly the G1-only one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OffloadConfig {
+    /// G2 (host memory) blocks of each rank; unset: no offload tiers.
+    pub g2_blocks: Option<u32>,
+    /// G3 (disk) blocks of each rank, or of the one cluster pool with `g3_shared`; needs G2.
+    pub g3_blocks: Option<u32>,
+    /// One G3 pool (and one G2<->G3 link per direction) shared by every rank (`cluster_shared`).
+    pub g3_shared: bool,
+    /// Each rank's G1<->G2 link, per direction (GB/s, 1e9 bytes/s).
+    pub g1_g2_gbps: f64,
+    /// Each rank's G2<->G3 link, or the shared pool's, per direction (GB/s).
+    pub g2_g3_gbps: f64,
+}
+
+impl Default for OffloadConfig {
+    fn default() -> Self {
+        OffloadConfig {
+            g2_blocks: None,
+            g3_blocks: None,
+            g3_shared: false,
+            g1_g2_gbps: 14.0,
+            g2_g3_gbps: 7.0,
+        }
+    }
+}
+
+impl OffloadConfig {
+    /// Whether the tiers exist.
+    pub fn enabled(&self) -> bool {
+        self.g2_blocks.is_some()
+    }
+}
+
 /// Everything a replay needs besides the workload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -407,6 +443,7 @@ pub struct SimConfig {
     pub kv_transfer: KvTransferConfig,
     pub sla: SlaConfig,
     pub report: ReportConfig,
+    pub offload: OffloadConfig,
 }
 
 fn positive(field: &str, value: f64) -> Result<()> {
@@ -495,6 +532,37 @@ impl SimConfig {
             }
         }
         positive("report.sample_interval_ms", self.report.sample_interval_ms)?;
+        self.validate_offload()
+    }
+
+    fn validate_offload(&self) -> Result<()> {
+        let o = &self.offload;
+        positive("offload.g1_g2_gbps", o.g1_g2_gbps)?;
+        positive("offload.g2_g3_gbps", o.g2_g3_gbps)?;
+        if let Some(n) = o.g2_blocks {
+            at_least_one("offload.g2_blocks", n)?;
+        }
+        if let Some(n) = o.g3_blocks {
+            at_least_one("offload.g3_blocks", n)?;
+            if o.g2_blocks.is_none() {
+                return Err(SimError::config(
+                    "offload.g3_blocks",
+                    "needs offload.g2_blocks: G3 is fed by blocks evicted from G2",
+                ));
+            }
+        }
+        if o.g3_shared && o.g3_blocks.is_none() {
+            return Err(SimError::config(
+                "offload.g3_shared",
+                "needs offload.g3_blocks (the size of the shared pool)",
+            ));
+        }
+        if o.enabled() && self.kv_transfer.bytes_per_token() <= 0.0 {
+            return Err(SimError::config(
+                "offload",
+                "needs kv_transfer.kv_bytes_per_token (or kv_shape) to size block moves",
+            ));
+        }
         Ok(())
     }
 

@@ -33,6 +33,10 @@ pub struct KvCache {
     lru_head: u32,
     lru_tail: u32,
     evictions: u64,
+    /// Identities of evicted blocks, oldest first, kept only once `record_evictions` is called
+    /// (the offload tiers read them; a cache without tiers pays nothing).
+    record_evicted: bool,
+    evicted: Vec<u64>,
 }
 
 /// What the cache holds of a prompt's leading blocks.
@@ -57,7 +61,50 @@ impl KvCache {
             lru_head: NIL,
             lru_tail: NIL,
             evictions: 0,
+            record_evicted: false,
+            evicted: Vec::new(),
         }
+    }
+
+    /// From now on keep the identity of every evicted block for `drain_evicted_into`.
+    pub fn record_evictions(&mut self) {
+        self.record_evicted = true;
+    }
+
+    /// Move the identities of the blocks evicted since the last call, in eviction order (least
+    /// recent first), to the end of `out`.
+    pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
+        out.append(&mut self.evicted);
+    }
+
+    /// Whether evictions are waiting for `drain_evicted_into`.
+    pub fn has_evicted(&self) -> bool {
+        !self.evicted.is_empty()
+    }
+
+    /// Whether the cache names block `hash`.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.find(hash).is_some()
+    }
+
+    /// Use as an LRU set of identities: name `hash` as the most recent inactive block (evicting
+    /// the least recent when full), or, if it is already cached, make it the most recent.
+    /// Returns whether it was new. Needs a cache with no active blocks.
+    pub fn insert_or_touch(&mut self, hash: u64) -> bool {
+        if self.find(hash).is_some() {
+            self.touch(hash);
+            return false;
+        }
+        self.allocate(1);
+        let slot = self.register(hash).expect("not cached");
+        self.release(&[slot], 0);
+        true
+    }
+
+    /// Make the inactive cached block `hash` the most recent.
+    pub fn touch(&mut self, hash: u64) {
+        let slot = self.acquire(hash);
+        self.release(&[slot], 0);
     }
 
     pub fn capacity(&self) -> u32 {
@@ -180,6 +227,9 @@ impl KvCache {
         self.spare_slots.push(slot);
         self.inactive -= 1;
         self.evictions += 1;
+        if self.record_evicted {
+            self.evicted.push(hash);
+        }
     }
 
     fn find(&self, hash: u64) -> Option<u32> {
@@ -287,6 +337,27 @@ mod tests {
         assert_eq!(c.active(), 2);
         c.release(&[], 1);
         assert_eq!(c.active(), 1);
+    }
+
+    #[test]
+    fn recorded_evictions_come_out_oldest_first() {
+        let mut c = KvCache::new(2);
+        c.record_evictions();
+        assert!(c.insert_or_touch(1));
+        assert!(c.insert_or_touch(2));
+        assert!(!c.insert_or_touch(1)); // 1 becomes the most recent
+        assert!(c.insert_or_touch(3)); // evicts 2
+        assert!(c.insert_or_touch(4)); // evicts 1
+        let mut out = vec![9];
+        c.drain_evicted_into(&mut out);
+        assert_eq!(out, vec![9, 2, 1]);
+        assert!(!c.has_evicted());
+        assert_eq!((c.inactive(), c.active()), (2, 0));
+        // Without recording nothing is kept.
+        let mut d = KvCache::new(1);
+        d.insert_or_touch(1);
+        d.insert_or_touch(2);
+        assert!(!d.has_evicted());
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod error;
 pub mod event_queue;
 pub mod kv_cache;
 pub mod links;
+pub mod offload;
 pub mod replay;
 pub mod report;
 pub mod router;

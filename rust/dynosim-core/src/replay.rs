@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
+use crate::offload::{Onboard, Tiers};
 use crate::report::{Counters, Records, Report, Status, TimeSeries};
 use crate::router::Router;
 use crate::scheduler::Scheduler;
@@ -91,6 +92,10 @@ struct Cluster {
     /// The first token counts when the KV lands (else after the first decode pass, and decode
     /// workers reserve blocks only between passes).
     first_token_on_arrival: bool,
+    /// KV offload tiers, when configured.
+    tiers: Option<Tiers>,
+    /// Scratch: block identities a rank's G1 evicted.
+    evicted: Vec<u64>,
     /// Arrivals, pass ends and transfer ends processed.
     events: u64,
 }
@@ -133,6 +138,13 @@ impl Cluster {
             0
         };
         let n = workers.len();
+        let block_sizes: Vec<u32> = ranks.iter().map(Scheduler::block_size).collect();
+        let tiers = Tiers::new(config, &block_sizes)?;
+        if tiers.is_some() {
+            for rank in &mut ranks {
+                rank.record_evictions();
+            }
+        }
         Ok(Cluster {
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
@@ -146,6 +158,8 @@ impl Cluster {
             sizing: config.kv_transfer.sizing(),
             kv_bytes_per_token: config.kv_transfer.bytes_per_token(),
             first_token_on_arrival: config.kv_transfer.first_token() == FirstToken::KvArrival,
+            tiers,
+            evicted: Vec::new(),
             events: 0,
             ranks,
             workers,
@@ -181,8 +195,10 @@ impl Cluster {
             let block_size = ranks[first].block_size();
             workload.block_hashes(i, block_size, hashes);
             let prompt_blocks = workload.input_length[i].div_ceil(block_size);
-            let caches = ranks[first..last].iter().map(Scheduler::cache);
-            first + router.route_by_cache(hashes, prompt_blocks, caches)
+            let candidates = ranks[first..last]
+                .iter()
+                .map(|r| (r.cache(), r.waiting_blocks()));
+            first + router.route_by_cache(hashes, prompt_blocks, candidates)
         } else {
             let w = pool.start + router.route(pool.len());
             workers[w].pick_rank()
@@ -190,14 +206,86 @@ impl Cluster {
     }
 
     /// Send request `i` at `now`: it arrives (TTFT counts from here).
-    fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
+    fn send(
+        &mut self,
+        workload: &Workload,
+        i: usize,
+        now: f64,
+        records: &mut Records,
+    ) -> Result<()> {
         self.events += 1;
         records.arrival_ms[i] = now;
-        self.arrive(workload, i, records);
+        self.arrive(workload, i, now, records)
+    }
+
+    /// Offload tiers: hand what rank `r`'s G1 evicted since the last call to its G2.
+    fn offload_evicted(&mut self, r: usize, now: f64) -> Result<()> {
+        let Some(tiers) = &mut self.tiers else {
+            return Ok(());
+        };
+        self.evicted.clear();
+        self.ranks[r].drain_evicted_into(&mut self.evicted);
+        if self.evicted.is_empty() {
+            return Ok(());
+        }
+        tiers.offload(now, r, &self.evicted)
+    }
+
+    /// Offload tiers: queue request `i` on `rank`, or, when blocks right after its G1 prefix
+    /// hit are in G2/G3 and G1 can hold them now, hold it while they are onboarded.
+    fn enqueue_with_tiers(
+        &mut self,
+        rank: usize,
+        workload: &Workload,
+        i: usize,
+        now: f64,
+        records: &mut Records,
+    ) -> Result<()> {
+        let Some(tiers) = &mut self.tiers else {
+            self.ranks[rank].enqueue(workload, i);
+            return Ok(());
+        };
+        let sched = &mut self.ranks[rank];
+        let handle = sched.prepare(workload, i);
+        let hashes = sched.prompt_hashes(handle);
+        let hit = sched.cache().lookup(hashes);
+        let g1 = hit.blocks as usize;
+        let (k2, k3) = tiers.lookup(rank, &hashes[g1..]);
+        records.g1_hit_blocks[i] = hit.blocks;
+        records.g2_hit_blocks[i] = k2;
+        records.g3_hit_blocks[i] = k3;
+        if k2 + k3 == 0 {
+            sched.queue(handle);
+            return Ok(());
+        }
+        if !sched.hold_for_onboard(handle, hit, k2 + k3) {
+            tiers.counters.onboards_skipped += 1;
+            sched.queue(handle);
+            return Ok(());
+        }
+        let hashes = sched.prompt_hashes(handle);
+        let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
+        tiers.start_onboard(now, rank, handle, i as u32, &hashes[g1..a], &hashes[a..b])?;
+        records.onboard_start_ms[i] = now;
+        // Holding the blocks may have evicted others.
+        self.offload_evicted(rank, now)
+    }
+
+    /// Offload tiers: request `o` is onboarded at `now` and queues first on its rank.
+    fn onboard_done(&mut self, o: Onboard, now: f64, records: &mut Records) {
+        records.onboard_end_ms[o.request as usize] = now;
+        self.ranks[o.rank as usize].finish_onboard(o.handle);
+        self.touch(self.worker_of(o.rank as usize));
     }
 
     /// Route arriving request `i`: reject it if it can never be served, else queue it.
-    fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
+    fn arrive(
+        &mut self,
+        workload: &Workload,
+        i: usize,
+        now: f64,
+        records: &mut Records,
+    ) -> Result<()> {
         let front = if self.disaggregated() {
             self.num_prefill
         } else {
@@ -225,10 +313,11 @@ impl Cluster {
         match verdict {
             Some(reason) => records.reject(i, reason),
             None => {
-                self.ranks[rank].enqueue(workload, i);
+                self.enqueue_with_tiers(rank, workload, i, now, records)?;
                 self.touch(w);
             }
         }
+        Ok(())
     }
 
     /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
@@ -241,7 +330,10 @@ impl Cluster {
             if !rank.has_work() {
                 continue;
             }
-            match rank.start_pass(now, records) {
+            let planned = rank.start_pass(now, records);
+            self.offload_evicted(r, now)?;
+            let rank = &self.ranks[r];
+            match planned {
                 Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
                 // The queue head waits for blocks tied to transfers; their end touches us.
                 None if rank.awaits_transfers() => {}
@@ -333,6 +425,7 @@ impl Cluster {
                     dst_handle,
                 });
             }
+            self.offload_evicted(rank, now)?;
         }
         Ok(())
     }
@@ -467,6 +560,10 @@ pub fn replay(
         })
         .collect();
     let mut records = Records::new(arrivals, workload.input_length, workload.output_length);
+    if cluster.tiers.is_some() {
+        records.enable_tiers();
+    }
+    let mut onboarded: Vec<Onboard> = Vec::new();
     let mut sampler = Sampler::new(config.report.sample_interval_ms, cluster.workers.len());
     let mut queue: EventQueue<Event> = EventQueue::default();
     let mut counters = Counters::default();
@@ -480,6 +577,10 @@ pub fn replay(
             dispatcher.next_start_ms(),
             queue.peek_time(),
             cluster.transport.next_finish_ms()?,
+            match &mut cluster.tiers {
+                Some(tiers) => tiers.next_finish_ms()?,
+                None => None,
+            },
         ];
         let t = next.into_iter().flatten().reduce(f64::min);
         // The closed loop starts at 0 with no event before it.
@@ -488,9 +589,18 @@ pub fn replay(
         };
         now = t;
         sampler.record_until(now, &cluster, false);
+        // Onboards that end now queue first, ahead of what arrives now; flows start after.
+        if let Some(tiers) = &mut cluster.tiers {
+            onboarded.clear();
+            tiers.pop_finished(now, &mut onboarded)?;
+            for &o in &onboarded {
+                cluster.events += 1;
+                cluster.onboard_done(o, now, &mut records);
+            }
+        }
         dispatcher.starts(now, &mut to_send);
         for i in to_send.drain(..) {
-            cluster.send(workload, i as usize, now, &mut records);
+            cluster.send(workload, i as usize, now, &mut records)?;
         }
         while let Some(event) = queue.pop_due(now) {
             match event {
@@ -499,7 +609,7 @@ pub fn replay(
                     cluster.pass_end(worker as usize, now, workload, &mut records);
                 }
                 Event::Send { request } => {
-                    cluster.send(workload, request as usize, now, &mut records);
+                    cluster.send(workload, request as usize, now, &mut records)?;
                 }
             }
         }
@@ -521,7 +631,7 @@ pub fn replay(
             done.clear();
             dispatcher.starts(now, &mut to_send);
             for i in to_send.drain(..) {
-                cluster.send(workload, i as usize, now, &mut records);
+                cluster.send(workload, i as usize, now, &mut records)?;
             }
         }
         // Ascending worker order keeps event insertion, hence tie-breaking, deterministic.
@@ -564,6 +674,7 @@ pub fn replay(
     counters.events = cluster.events;
     counters.rate_recomputations = cluster.transport.recomputations();
     counters.link_utilization = cluster.transport.utilization(now);
+    counters.tiers = cluster.tiers.as_ref().map(Tiers::finish);
     Ok(Report::build(
         records,
         sampler.series,
@@ -608,6 +719,10 @@ impl Sampler {
                     .iter()
                     .map(|w| w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>()),
             );
+            if let Some(tiers) = &cluster.tiers {
+                s.g2_blocks_used.push(tiers.g2_used());
+                s.g3_blocks_used.push(tiers.g3_used());
+            }
             self.next_ms = s.time_ms.len() as f64 * s.interval_ms;
         }
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::{Role, ServingMode, SimConfig};
+use crate::offload::TierCounters;
 use crate::stats::{Distribution, WeightedSamples};
 
 /// How a request ended.
@@ -69,6 +70,14 @@ pub struct Records {
     pub status: Vec<u8>,
     pub reject_reason: Vec<u8>,
     pub preemptions: Vec<u32>,
+    /// Offload tiers (empty without them): prompt blocks found at queueing in G1 (the prefix
+    /// hit), then in G2 right after it, then in G3 after those; and when onboarding the G2/G3
+    /// blocks to G1 started and ended (NaN: no onboarding).
+    pub g1_hit_blocks: Vec<u32>,
+    pub g2_hit_blocks: Vec<u32>,
+    pub g3_hit_blocks: Vec<u32>,
+    pub onboard_start_ms: Vec<f64>,
+    pub onboard_end_ms: Vec<f64>,
     /// Every inter-token gap of every request (ms).
     pub itl: WeightedSamples,
     /// Requests completed or rejected so far.
@@ -98,10 +107,25 @@ impl Records {
             status: vec![Status::Pending as u8; n],
             reject_reason: vec![RejectReason::None as u8; n],
             preemptions: vec![0; n],
+            g1_hit_blocks: Vec::new(),
+            g2_hit_blocks: Vec::new(),
+            g3_hit_blocks: Vec::new(),
+            onboard_start_ms: Vec::new(),
+            onboard_end_ms: Vec::new(),
             itl: WeightedSamples::default(),
             finished: 0,
             just_finished: Vec::new(),
         }
+    }
+
+    /// Make room for the offload-tier columns.
+    pub fn enable_tiers(&mut self) {
+        let n = self.arrival_ms.len();
+        self.g1_hit_blocks = vec![0; n];
+        self.g2_hit_blocks = vec![0; n];
+        self.g3_hit_blocks = vec![0; n];
+        self.onboard_start_ms = vec![f64::NAN; n];
+        self.onboard_end_ms = vec![f64::NAN; n];
     }
 
     pub fn complete(&mut self, request: usize, now: f64) {
@@ -130,6 +154,9 @@ pub struct TimeSeries {
     pub running: Vec<u32>,
     /// Active KV blocks (all ranks of a worker), row-major `[sample][worker]`.
     pub kv_blocks_used: Vec<u32>,
+    /// Offload tiers (empty without them): blocks held in G2 and in G3, all ranks.
+    pub g2_blocks_used: Vec<u32>,
+    pub g3_blocks_used: Vec<u32>,
     pub num_workers: usize,
 }
 
@@ -144,6 +171,8 @@ pub struct Counters {
     pub rate_recomputations: u64,
     /// Used fraction of each KV-transfer link, prefill send links first.
     pub link_utilization: Vec<f64>,
+    /// Offload tiers, when on.
+    pub tiers: Option<TierCounters>,
 }
 
 /// Per-request metrics derived from the records, one entry per request (NaN where undefined).
@@ -225,6 +254,38 @@ pub struct Summary {
     pub num_preemptions: u64,
     pub num_evictions: u64,
     pub num_events: u64,
+    /// Offload tiers (absent without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadSummary>,
+}
+
+/// What the offload tiers did. Hits count the prompt blocks of completed requests found at
+/// queueing in G1 (the prefix hit), then in G2 right after it, then in G3 after those.
+#[derive(Debug, Clone, Serialize)]
+pub struct OffloadSummary {
+    pub g1_hit_blocks: u64,
+    pub g2_hit_blocks: u64,
+    pub g3_hit_blocks: u64,
+    pub g1_hit_tokens: u64,
+    pub g2_hit_tokens: u64,
+    pub g3_hit_tokens: u64,
+    /// Requests whose G2/G3 blocks were onboarded, and how long that took (ms).
+    pub num_onboards: u64,
+    pub onboard_ms: Distribution,
+    /// Requests with G2/G3 hits that queued without them: G1 had no room to hold them.
+    pub onboards_skipped: u64,
+    /// Blocks copied down (G1 -> G2, G2 -> G3) and up (G2 -> G1, G3 -> G2 -> G1), and lost.
+    pub offloaded_blocks: u64,
+    pub offloaded_g2_blocks: u64,
+    pub offloaded_g3_blocks: u64,
+    pub onboarded_blocks: u64,
+    pub onboarded_g2_blocks: u64,
+    pub onboarded_g3_blocks: u64,
+    pub dropped_blocks: u64,
+    /// Bytes moved: offloaded blocks x block bytes, onboarded blocks x block bytes.
+    pub offload_bytes: f64,
+    pub onboard_bytes: f64,
+    pub rate_recomputations: u64,
 }
 
 /// Everything one replay produced.
@@ -293,6 +354,45 @@ impl Report {
                     + cluster.num_decode_workers * gpus(Role::Decode),
             ),
         };
+        let offload = counters.tiers.as_ref().map(|t| {
+            // Tiers serve the ranks requests queue on: aggregated or prefill ones.
+            let role = match cluster.mode {
+                ServingMode::Aggregated => Role::Aggregated,
+                ServingMode::Disaggregated => Role::Prefill,
+            };
+            let block = u64::from(config.role(role).0.block_size);
+            let onboarded: Vec<usize> = (0..n)
+                .filter(|&i| !records.onboard_end_ms[i].is_nan())
+                .collect();
+            let g1 = sum(&records.g1_hit_blocks);
+            let g2 = sum(&records.g2_hit_blocks);
+            let g3 = sum(&records.g3_hit_blocks);
+            OffloadSummary {
+                g1_hit_blocks: g1,
+                g2_hit_blocks: g2,
+                g3_hit_blocks: g3,
+                g1_hit_tokens: g1 * block,
+                g2_hit_tokens: g2 * block,
+                g3_hit_tokens: g3 * block,
+                num_onboards: onboarded.len() as u64,
+                onboard_ms: Distribution::of(
+                    onboarded
+                        .iter()
+                        .map(|&i| records.onboard_end_ms[i] - records.onboard_start_ms[i]),
+                ),
+                onboards_skipped: t.onboards_skipped,
+                offloaded_blocks: t.offloaded_g2_blocks + t.offloaded_g3_blocks,
+                offloaded_g2_blocks: t.offloaded_g2_blocks,
+                offloaded_g3_blocks: t.offloaded_g3_blocks,
+                onboarded_blocks: t.onboarded_g2_blocks + t.onboarded_g3_blocks,
+                onboarded_g2_blocks: t.onboarded_g2_blocks,
+                onboarded_g3_blocks: t.onboarded_g3_blocks,
+                dropped_blocks: t.dropped_blocks,
+                offload_bytes: t.offload_bytes,
+                onboard_bytes: t.onboard_bytes,
+                rate_recomputations: t.rate_recomputations,
+            }
+        });
         let transferred: Vec<usize> = (0..n)
             .filter(|&i| !records.transfer_end_ms[i].is_nan())
             .collect();
@@ -340,6 +440,7 @@ impl Report {
             num_preemptions: counters.preemptions,
             num_evictions: counters.evictions,
             num_events: counters.events,
+            offload,
         };
         Report {
             records,

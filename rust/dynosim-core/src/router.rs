@@ -47,21 +47,24 @@ impl Router {
         }
     }
 
-    /// Pick the cache-aware cheapest of `caches` for a prompt whose full blocks are
-    /// `hashes`: cost = overlap_weight x (prompt blocks not cached there) + active blocks.
+    /// Pick the cache-aware cheapest candidate for a prompt whose full blocks are `hashes`.
+    /// Each candidate is its cache and its queued load in blocks (requests routed there but not
+    /// admitted yet hold no blocks, yet they will): cost = overlap_weight x (prompt blocks not
+    /// cached there) + active blocks + queued blocks.
     pub fn route_by_cache<'a>(
         &mut self,
         hashes: &[u64],
         prompt_blocks: u32,
-        caches: impl Iterator<Item = &'a KvCache>,
+        candidates: impl Iterator<Item = (&'a KvCache, u64)>,
     ) -> usize {
         let Router::KvAware { overlap_weight } = *self else {
             unreachable!("route_by_cache is for the kv_aware router");
         };
         let mut best = (f64::INFINITY, 0);
-        for (i, cache) in caches.enumerate() {
+        for (i, (cache, queued)) in candidates.enumerate() {
             let to_prefill = prompt_blocks - cache.lookup(hashes).blocks;
-            let cost = overlap_weight * f64::from(to_prefill) + f64::from(cache.active());
+            let load = f64::from(cache.active()) + queued as f64;
+            let cost = overlap_weight * f64::from(to_prefill) + load;
             if cost < best.0 {
                 best = (cost, i);
             }
@@ -102,19 +105,25 @@ mod tests {
         let mut r = Router::new(RouterMode::KvAware, 0, 1.0);
         // 4-block prompt: warm costs 2 to prefill + 2 active = 4; cold 4 + 0 = 4: a tie goes
         // to the lower index.
+        let p = [11, 12, 13, 14];
         assert_eq!(
-            r.route_by_cache(&[11, 12, 13, 14], 4, [&warm, &cold].into_iter()),
+            r.route_by_cache(&p, 4, [(&warm, 0), (&cold, 0)].into_iter()),
             0
         );
         assert_eq!(
-            r.route_by_cache(&[11, 12, 13, 14], 4, [&cold, &warm].into_iter()),
+            r.route_by_cache(&p, 4, [(&cold, 0), (&warm, 0)].into_iter()),
             0
         );
-        // Weighting the prefill work more makes the cached prefix win.
+        // Weighting the prefill work more makes the cached prefix win ...
         let mut heavy = Router::new(RouterMode::KvAware, 0, 2.0);
         assert_eq!(
-            heavy.route_by_cache(&[11, 12, 13, 14], 4, [&cold, &warm].into_iter()),
+            heavy.route_by_cache(&p, 4, [(&cold, 0), (&warm, 0)].into_iter()),
             1
+        );
+        // ... unless requests already queued there outweigh it.
+        assert_eq!(
+            heavy.route_by_cache(&p, 4, [(&cold, 0), (&warm, 3)].into_iter()),
+            0
         );
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::config::{EngineConfig, PreemptionMode, Role};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
@@ -56,13 +56,29 @@ impl Seq {
             return;
         }
         let full = (self.computed / block_size).min(self.hashes.len() as u32);
-        while self.named < full {
+        self.name_blocks_until(cache, full);
+    }
+
+    /// Name the prompt blocks before `end` (private blocks holding their content).
+    fn name_blocks_until(&mut self, cache: &mut KvCache, end: u32) {
+        while self.named < end {
             if let Some(slot) = cache.register(self.hashes[self.named as usize]) {
                 self.slots.push(slot);
                 self.private -= 1;
             }
             self.named += 1;
         }
+    }
+
+    /// Take the prefix `hit` (its first `hit.blocks` blocks, cached) and `blocks` more private
+    /// blocks; the caller checked that they fit.
+    fn hold(&mut self, cache: &mut KvCache, hit: PrefixHit, blocks: u32) {
+        for k in 0..hit.blocks as usize {
+            self.slots.push(cache.acquire(self.hashes[k]));
+        }
+        self.named = hit.blocks;
+        cache.allocate(blocks);
+        self.private = blocks;
     }
 }
 
@@ -84,6 +100,11 @@ pub struct Scheduler {
     held_for_transfer: u32,
     /// Decode role: requests holding reserved blocks while their KV arrives.
     receiving: u32,
+    /// Offload tiers: requests holding blocks while their prefix comes up from G2/G3.
+    onboarding: u32,
+    /// Blocks the waiting requests will need for the tokens they still have to compute: the
+    /// load a cache-aware router sees besides the active blocks.
+    waiting_blocks: u64,
     busy: bool,
     passes: u64,
     preemptions: u64,
@@ -104,6 +125,8 @@ impl Scheduler {
             handoffs: Vec::new(),
             held_for_transfer: 0,
             receiving: 0,
+            onboarding: 0,
+            waiting_blocks: 0,
             busy: false,
             passes: 0,
             preemptions: 0,
@@ -176,7 +199,7 @@ impl Scheduler {
     /// Queue request `i` (it has passed `never_fits`).
     pub fn enqueue(&mut self, workload: &Workload, i: usize) {
         let id = self.new_seq(workload, i);
-        self.waiting.push_back(id);
+        self.queue(id);
     }
 
     /// Prefill role: the requests whose prompt finished since the last call, as
@@ -195,7 +218,61 @@ impl Scheduler {
     /// Whether blocks are tied to KV transfers (outgoing on a prefill worker, incoming on a
     /// decode worker); they come free, or start running, when those transfers end.
     pub fn awaits_transfers(&self) -> bool {
-        self.held_for_transfer > 0 || self.receiving > 0
+        self.held_for_transfer > 0 || self.receiving > 0 || self.onboarding > 0
+    }
+
+    /// Offload tiers: keep the identities of blocks this rank's cache evicts.
+    pub fn record_evictions(&mut self) {
+        self.cache.record_evictions();
+    }
+
+    /// Offload tiers: move the identities of blocks evicted since the last call (least recent
+    /// first) to the end of `out`.
+    pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
+        self.cache.drain_evicted_into(out);
+    }
+
+    /// Offload tiers: make request `i`'s sequence without queueing it; returns its handle,
+    /// then `queue` it or `hold_for_onboard` it.
+    pub fn prepare(&mut self, workload: &Workload, i: usize) -> u32 {
+        self.new_seq(workload, i)
+    }
+
+    /// The identities of the full prompt blocks of prepared request `handle`.
+    pub fn prompt_hashes(&self, handle: u32) -> &[u64] {
+        &self.seqs[handle as usize].hashes
+    }
+
+    /// Queue prepared request `handle` at the back.
+    pub fn queue(&mut self, handle: u32) {
+        self.push_waiting(handle, false);
+    }
+
+    /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
+    /// private blocks for the following prompt blocks that come up from G2/G3 (as
+    /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now.
+    pub fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
+        if self.cache.available() < hit.inactive + blocks {
+            return false;
+        }
+        self.seqs[handle as usize].hold(&mut self.cache, hit, blocks);
+        self.onboarding += 1;
+        true
+    }
+
+    /// Offload tiers: the blocks of held request `handle` are in G1. Name them, release the
+    /// hold (they stay cached, most recent) and queue the request first: it is admitted with
+    /// them as prefix hits.
+    pub fn finish_onboard(&mut self, handle: u32) {
+        self.onboarding -= 1;
+        let seq = &mut self.seqs[handle as usize];
+        let end = seq.named + seq.private;
+        seq.name_blocks_until(&mut self.cache, end);
+        self.cache.release(&seq.slots, seq.private);
+        seq.slots.clear();
+        seq.private = 0;
+        seq.named = 0;
+        self.push_waiting(handle, true);
     }
 
     /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker.
@@ -213,13 +290,7 @@ impl Scheduler {
             self.spare.push(id);
             return None;
         }
-        let seq = &mut self.seqs[id as usize];
-        for k in 0..hit.blocks as usize {
-            seq.slots.push(self.cache.acquire(seq.hashes[k]));
-        }
-        seq.named = hit.blocks;
-        self.cache.allocate(need);
-        seq.private = need;
+        self.seqs[id as usize].hold(&mut self.cache, hit, need);
         self.receiving += 1;
         Some((id, hit.blocks * self.config.block_size))
     }
@@ -255,6 +326,22 @@ impl Scheduler {
         } else {
             self.running.push(handle);
         }
+    }
+
+    /// Queue `id` at the back, or at the front (a preempted request goes first again).
+    fn push_waiting(&mut self, id: u32, front: bool) {
+        let target = self.seqs[id as usize].target();
+        self.waiting_blocks += self.blocks_for(u64::from(target));
+        if front {
+            self.waiting.push_front(id);
+        } else {
+            self.waiting.push_back(id);
+        }
+    }
+
+    /// Blocks the queue will need: waiting requests' prompts (and recomputed tokens).
+    pub fn waiting_blocks(&self) -> u64 {
+        self.waiting_blocks
     }
 
     /// Tokens per KV block of this rank.
@@ -349,6 +436,7 @@ impl Scheduler {
                 break;
             }
             self.waiting.pop_front();
+            self.waiting_blocks -= self.blocks_for(u64::from(target));
             let seq = &mut self.seqs[id as usize];
             for k in 0..hit.blocks as usize {
                 seq.slots.push(self.cache.acquire(seq.hashes[k]));
@@ -418,7 +506,7 @@ impl Scheduler {
         seq.prefilling = true;
         records.preemptions[seq.request as usize] += 1;
         self.preemptions += 1;
-        self.waiting.push_front(id);
+        self.push_waiting(id, true);
     }
 
     /// End the pass at `now`: every request whose KV caught up emits a token; finished ones

@@ -168,6 +168,15 @@ fn replay<'py>(
     requests.set_item("status", r.status.into_pyarray(py))?;
     requests.set_item("reject_reason", r.reject_reason.into_pyarray(py))?;
     requests.set_item("preemptions", r.preemptions.into_pyarray(py))?;
+    // Offload-tier columns exist only with tiers, so replays without them are unchanged.
+    let tiers = config.offload.enabled();
+    if tiers {
+        requests.set_item("g1_hit_blocks", r.g1_hit_blocks.into_pyarray(py))?;
+        requests.set_item("g2_hit_blocks", r.g2_hit_blocks.into_pyarray(py))?;
+        requests.set_item("g3_hit_blocks", r.g3_hit_blocks.into_pyarray(py))?;
+        requests.set_item("onboard_start_ms", r.onboard_start_ms.into_pyarray(py))?;
+        requests.set_item("onboard_end_ms", r.onboard_end_ms.into_pyarray(py))?;
+    }
     out.set_item("requests", requests)?;
     let ts = report.timeseries;
     let samples = ts.time_ms.len();
@@ -182,6 +191,10 @@ fn replay<'py>(
             .into_pyarray(py)
             .reshape([samples, ts.num_workers])?,
     )?;
+    if tiers {
+        series.set_item("g2_blocks_used", ts.g2_blocks_used.into_pyarray(py))?;
+        series.set_item("g3_blocks_used", ts.g3_blocks_used.into_pyarray(py))?;
+    }
     out.set_item("timeseries", series)?;
     Ok(out)
 }

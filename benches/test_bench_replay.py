@@ -7,26 +7,10 @@ own offline replay needs about 5.8 s for this trace on 4 aggregated workers on a
 from __future__ import annotations
 
 import resource
-from pathlib import Path
 
 import pytest
 
 import dynosim
-
-TRACE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "traces"
-    / "mooncake_conversation.jsonl"
-)
-
-
-@pytest.fixture(scope="module")
-def conversation():
-    if not TRACE.exists():
-        pytest.skip(f"{TRACE} is not available")
-    return dynosim.load_trace(TRACE).columns()
 
 
 def test_conversation_trace_4_workers(benchmark, conversation):
@@ -71,8 +55,6 @@ def test_conversation_trace_disaggregated_2p2d(benchmark, conversation, link_mod
     )
 
 
-def test_trace_load(benchmark):
-    if not TRACE.exists():
-        pytest.skip(f"{TRACE} is not available")
-    cols = benchmark(lambda: dynosim.load_trace(TRACE).columns())
+def test_trace_load(benchmark, conversation_path):
+    cols = benchmark(lambda: dynosim.load_trace(conversation_path).columns())
     assert len(cols) == 12_031

@@ -12,29 +12,13 @@ Run: ``python -m pytest benches --benchmark-only``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import dynosim
 from dynosim import _core
 from dynosim.report import Report
 
-TRACE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "traces"
-    / "mooncake_conversation.jsonl"
-)
 OVERLOAD = 4.0  # arrival speedup ratio
-
-
-@pytest.fixture(scope="module")
-def conversation():
-    if not TRACE.exists():
-        pytest.skip(f"{TRACE} is not available")
-    return dynosim.load_trace(TRACE).columns()
 
 
 def _disaggregated(link_model: str, speedup: float) -> dict:

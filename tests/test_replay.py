@@ -163,7 +163,7 @@ def test_bad_config_file(tmp_path):
     bad.write_text("engine: [1, 2\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: not valid YAML"):
         dynosim.load_config(bad)
-    with pytest.raises(ConfigError, match="cannot read configuration"):
+    with pytest.raises(ConfigError, match="cannot read the configuration"):
         dynosim.load_config(tmp_path / "missing.yaml")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 import yaml
@@ -26,6 +26,7 @@ from dynosim import _core
 from dynosim.errors import ConfigError
 
 _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class _FieldErrors(ConfigError):
@@ -373,19 +374,27 @@ def load_config(source: SimConfig | dict[str, Any] | str | Path | None = None) -
         return source
     if isinstance(source, dict):
         return SimConfig.model_validate(source)
-    path = Path(source)
+    return load_settings_file(source, SimConfig, "configuration")
+
+
+def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
+    """Validate a YAML / JSON file as ``model``; every problem is a ConfigError naming the file
+    (``what`` names the document in messages, e.g. "configuration")."""
+    path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from None
+        raise ConfigError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a configuration must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
     try:
-        return SimConfig.model_validate(data)
+        return model.model_validate(data)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
 

@@ -27,9 +27,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dynosim.config import load_settings_file
 from dynosim.errors import ConfigError, ManifestError, MissingExtraError, WorkloadError
 from dynosim.workload import SyntheticWorkload, TraceWorkload
 
@@ -213,19 +213,7 @@ class RenderOptions(_Typed):
 
 def load_candidate(path: str | os.PathLike[str]) -> Candidate:
     """Read a :class:`Candidate` from a YAML or JSON file; problems raise ConfigError naming it."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the candidate: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a candidate must be a mapping, got {type(data).__name__}")
-    try:
-        return Candidate.model_validate(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return load_settings_file(path, Candidate, "candidate")
 
 
 # --- lowering the workload ----------------------------------------------------------------------

@@ -91,20 +91,37 @@ impl KvCache {
     /// the least recent when full), or, if it is already cached, make it the most recent.
     /// Returns whether it was new. Needs a cache with no active blocks.
     pub fn insert_or_touch(&mut self, hash: u64) -> bool {
-        if self.find(hash).is_some() {
-            self.touch(hash);
+        debug_assert_eq!(self.active, 0, "an LRU set holds inactive blocks only");
+        if let Some(slot) = self.find(hash) {
+            self.unlink(slot);
+            self.push_back(slot);
             return false;
         }
-        self.allocate(1);
-        let slot = self.register(hash).expect("not cached");
-        self.release(&[slot], 0);
+        // Two table operations per new block (evict one, name one): tiers move millions.
+        if self.inactive == self.capacity {
+            self.evict_lru();
+        }
+        let slot = Slot {
+            hash,
+            refcount: 0,
+            prev: NIL,
+            next: NIL,
+        };
+        let index = match self.spare_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_hash
+            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
+        self.inactive += 1;
+        self.push_back(index);
         true
-    }
-
-    /// Make the inactive cached block `hash` the most recent.
-    pub fn touch(&mut self, hash: u64) {
-        let slot = self.acquire(hash);
-        self.release(&[slot], 0);
     }
 
     pub fn capacity(&self) -> u32 {

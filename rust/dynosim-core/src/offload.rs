@@ -208,11 +208,11 @@ impl Tiers {
     ) -> Result<()> {
         // A hit is a use: make the blocks the most recent of their tier.
         for &h in g2 {
-            self.g2[rank].touch(h);
+            self.g2[rank].insert_or_touch(h);
         }
         let g = self.g3_index(rank);
         for &h in g3 {
-            self.g3[g].touch(h);
+            self.g3[g].insert_or_touch(h);
         }
         let onboard = Onboard {
             rank: rank as u32,

@@ -96,6 +96,8 @@ struct Cluster {
     tiers: Option<Tiers>,
     /// Scratch: block identities a rank's G1 evicted.
     evicted: Vec<u64>,
+    /// Scratch: requests to look up in the offload tiers.
+    heads: Vec<u32>,
     /// Arrivals, pass ends and transfer ends processed.
     events: u64,
 }
@@ -160,6 +162,7 @@ impl Cluster {
             first_token_on_arrival: config.kv_transfer.first_token() == FirstToken::KvArrival,
             tiers,
             evicted: Vec::new(),
+            heads: Vec::new(),
             events: 0,
             ranks,
             workers,
@@ -206,16 +209,10 @@ impl Cluster {
     }
 
     /// Send request `i` at `now`: it arrives (TTFT counts from here).
-    fn send(
-        &mut self,
-        workload: &Workload,
-        i: usize,
-        now: f64,
-        records: &mut Records,
-    ) -> Result<()> {
+    fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
         self.events += 1;
         records.arrival_ms[i] = now;
-        self.arrive(workload, i, now, records)
+        self.arrive(workload, i, records);
     }
 
     /// Offload tiers: hand what rank `r`'s G1 evicted since the last call to its G2.
@@ -231,43 +228,41 @@ impl Cluster {
         tiers.offload(now, r, &self.evicted)
     }
 
-    /// Offload tiers: queue request `i` on `rank`, or, when blocks right after its G1 prefix
-    /// hit are in G2/G3 and G1 can hold them now, hold it while they are onboarded.
-    fn enqueue_with_tiers(
-        &mut self,
-        rank: usize,
-        workload: &Workload,
-        i: usize,
-        now: f64,
-        records: &mut Records,
-    ) -> Result<()> {
+    /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
+    /// blocks right after the G1 prefix hit are there, and that G1 can hold now, leave the queue
+    /// while the blocks are onboarded (just before they would be admitted, so the blocks are
+    /// still there when they are).
+    fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
         let Some(tiers) = &mut self.tiers else {
-            self.ranks[rank].enqueue(workload, i);
             return Ok(());
         };
-        let sched = &mut self.ranks[rank];
-        let handle = sched.prepare(workload, i);
-        let hashes = sched.prompt_hashes(handle);
-        let hit = sched.cache().lookup(hashes);
-        let g1 = hit.blocks as usize;
-        let (k2, k3) = tiers.lookup(rank, &hashes[g1..]);
-        records.g1_hit_blocks[i] = hit.blocks;
-        records.g2_hit_blocks[i] = k2;
-        records.g3_hit_blocks[i] = k3;
-        if k2 + k3 == 0 {
-            sched.queue(handle);
-            return Ok(());
+        let mut heads = std::mem::take(&mut self.heads);
+        self.ranks[rank].take_unchecked_heads(&mut heads);
+        for &handle in &heads {
+            let sched = &mut self.ranks[rank];
+            let hashes = sched.prompt_hashes(handle);
+            let hit = sched.cache().lookup(hashes);
+            let g1 = hit.blocks as usize;
+            let (k2, k3) = tiers.lookup(rank, &hashes[g1..]);
+            let i = sched.request_of(handle);
+            records.g1_hit_blocks[i] = hit.blocks;
+            records.g2_hit_blocks[i] = k2;
+            records.g3_hit_blocks[i] = k3;
+            if k2 + k3 == 0 {
+                continue;
+            }
+            if !sched.hold_for_onboard(handle, hit, k2 + k3) {
+                tiers.counters.onboards_skipped += 1;
+                continue;
+            }
+            sched.unqueue(handle);
+            let hashes = sched.prompt_hashes(handle);
+            let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
+            tiers.start_onboard(now, rank, handle, i as u32, &hashes[g1..a], &hashes[a..b])?;
+            records.onboard_start_ms[i] = now;
         }
-        if !sched.hold_for_onboard(handle, hit, k2 + k3) {
-            tiers.counters.onboards_skipped += 1;
-            sched.queue(handle);
-            return Ok(());
-        }
-        let hashes = sched.prompt_hashes(handle);
-        let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
-        tiers.start_onboard(now, rank, handle, i as u32, &hashes[g1..a], &hashes[a..b])?;
-        records.onboard_start_ms[i] = now;
-        // Holding the blocks may have evicted others.
+        self.heads = heads;
+        // Holding blocks may have evicted others.
         self.offload_evicted(rank, now)
     }
 
@@ -279,13 +274,7 @@ impl Cluster {
     }
 
     /// Route arriving request `i`: reject it if it can never be served, else queue it.
-    fn arrive(
-        &mut self,
-        workload: &Workload,
-        i: usize,
-        now: f64,
-        records: &mut Records,
-    ) -> Result<()> {
+    fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
         let front = if self.disaggregated() {
             self.num_prefill
         } else {
@@ -313,11 +302,10 @@ impl Cluster {
         match verdict {
             Some(reason) => records.reject(i, reason),
             None => {
-                self.enqueue_with_tiers(rank, workload, i, now, records)?;
+                self.ranks[rank].enqueue(workload, i);
                 self.touch(w);
             }
         }
-        Ok(())
     }
 
     /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
@@ -326,6 +314,7 @@ impl Cluster {
     fn start_pass(&mut self, w: usize, now: f64, records: &mut Records) -> Result<Option<f64>> {
         let mut longest: Option<f64> = None;
         for r in self.workers[w].ranks() {
+            self.onboard_heads(r, now, records)?;
             let rank = &mut self.ranks[r];
             if !rank.has_work() {
                 continue;
@@ -600,7 +589,7 @@ pub fn replay(
         }
         dispatcher.starts(now, &mut to_send);
         for i in to_send.drain(..) {
-            cluster.send(workload, i as usize, now, &mut records)?;
+            cluster.send(workload, i as usize, now, &mut records);
         }
         while let Some(event) = queue.pop_due(now) {
             match event {
@@ -609,7 +598,7 @@ pub fn replay(
                     cluster.pass_end(worker as usize, now, workload, &mut records);
                 }
                 Event::Send { request } => {
-                    cluster.send(workload, request as usize, now, &mut records)?;
+                    cluster.send(workload, request as usize, now, &mut records);
                 }
             }
         }
@@ -631,7 +620,7 @@ pub fn replay(
             done.clear();
             dispatcher.starts(now, &mut to_send);
             for i in to_send.drain(..) {
-                cluster.send(workload, i as usize, now, &mut records)?;
+                cluster.send(workload, i as usize, now, &mut records);
             }
         }
         // Ascending worker order keeps event insertion, hence tie-breaking, deterministic.

@@ -34,6 +34,9 @@ struct Seq {
     pass_tokens: u32,
     admitted_once: bool,
     finished: bool,
+    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
+    /// from what G1 still holds).
+    tier_checked: bool,
     last_token_ms: f64,
 }
 
@@ -183,6 +186,7 @@ impl Scheduler {
         seq.in_pass = false;
         seq.admitted_once = false;
         seq.finished = false;
+        seq.tier_checked = false;
         seq.last_token_ms = f64::NAN;
         workload.block_hashes(i, self.config.block_size, &mut seq.hashes);
         id
@@ -199,7 +203,7 @@ impl Scheduler {
     /// Queue request `i` (it has passed `never_fits`).
     pub fn enqueue(&mut self, workload: &Workload, i: usize) {
         let id = self.new_seq(workload, i);
-        self.queue(id);
+        self.push_waiting(id, false);
     }
 
     /// Prefill role: the requests whose prompt finished since the last call, as
@@ -232,10 +236,9 @@ impl Scheduler {
         self.cache.drain_evicted_into(out);
     }
 
-    /// Offload tiers: make request `i`'s sequence without queueing it; returns its handle,
-    /// then `queue` it or `hold_for_onboard` it.
-    pub fn prepare(&mut self, workload: &Workload, i: usize) -> u32 {
-        self.new_seq(workload, i)
+    /// The workload row of request `handle`.
+    pub fn request_of(&self, handle: u32) -> usize {
+        self.seqs[handle as usize].request as usize
     }
 
     /// The identities of the full prompt blocks of prepared request `handle`.
@@ -243,9 +246,34 @@ impl Scheduler {
         &self.seqs[handle as usize].hashes
     }
 
-    /// Queue prepared request `handle` at the back.
-    pub fn queue(&mut self, handle: u32) {
-        self.push_waiting(handle, false);
+    /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
+    /// to one token budget of work, the one crossing it included, and `max_num_seqs`) and that
+    /// were never looked up in G2/G3. Each is marked looked up.
+    pub fn take_unchecked_heads(&mut self, out: &mut Vec<u32>) {
+        out.clear();
+        let budget = u64::from(self.config.max_num_batched_tokens);
+        let room = (self.config.max_num_seqs as usize).saturating_sub(self.running.len());
+        let mut tokens = 0u64;
+        for &id in self.waiting.iter().take(room) {
+            if tokens >= budget {
+                break;
+            }
+            let seq = &mut self.seqs[id as usize];
+            tokens += u64::from(seq.target());
+            if !seq.tier_checked {
+                seq.tier_checked = true;
+                out.push(id);
+            }
+        }
+    }
+
+    /// Offload tiers: take waiting request `handle` out of the queue to onboard its blocks.
+    pub fn unqueue(&mut self, handle: u32) {
+        let at = self.waiting.iter().position(|&id| id == handle);
+        let at = at.expect("unqueue takes a waiting request");
+        self.waiting.remove(at);
+        let target = self.seqs[handle as usize].target();
+        self.waiting_blocks -= self.blocks_for(u64::from(target));
     }
 
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`

@@ -31,8 +31,13 @@ def replay(
     trace_block_size: int,
     config_json: str,
     progress: Progress | None = None,
+    session: npt.NDArray[np.int64] | None = None,
+    delay_ms: npt.NDArray[np.float64] | None = None,
 ) -> dict[str, Any]:
     """Replay columnar requests (times in ms, lengths in tokens) without the GIL.
+
+    ``session`` (-1: none) and ``delay_ms`` (NaN: the timestamp gap) make rows turns of
+    sessions: turn n+1 is sent when turn n ends plus its delay.
 
     Returns ``summary_json``, ``config_json``, ``requests`` (dict of 1-D arrays, one entry per
     request) and ``timeseries`` (dict of arrays). With offload tiers (``offload.g2_blocks``

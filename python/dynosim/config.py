@@ -134,7 +134,8 @@ class EngineConfig(_Settings):
     )
     preemption_mode: Literal["lifo", "fifo"] = Field(
         _default("engine", "preemption_mode"),
-        description="Which running request a KV shortage preempts: newest (lifo) or oldest.",
+        description="Which running request a KV shortage preempts, among those admitted "
+        "after the one needing the block: the newest (lifo) or the oldest (fifo).",
     )
     tensor_parallel_size: int = Field(
         _default("engine", "tensor_parallel_size"),

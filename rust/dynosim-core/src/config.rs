@@ -6,13 +6,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, SimError};
 
 /// Which running request a KV-cache shortage preempts (its blocks are released and it is
-/// recomputed from the start later).
+/// recomputed from the start later). Only requests admitted after the one that needs the block
+/// are candidates (else it yields itself), so the oldest running request always progresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PreemptionMode {
     /// The most recently admitted running request (vLLM's behaviour).
     Lifo,
-    /// The earliest admitted running request.
+    /// The earliest admitted of the candidates.
     Fifo,
 }
 

@@ -419,18 +419,19 @@ impl Scheduler {
             let need = self.new_blocks(seq.computed + n, seq.held());
             let mut preempted_self = false;
             while self.cache.available() < need {
+                // Victims are admitted after the request that needs the block (later in
+                // `running`), else it yields itself: the oldest running request is never
+                // preempted for a younger one, so it always progresses. (Preempting the oldest
+                // outright livelocks under recompute: found by a property test.)
                 let vi = match self.config.preemption_mode {
                     PreemptionMode::Lifo => self.running.len() - 1,
-                    PreemptionMode::Fifo => 0,
+                    PreemptionMode::Fifo => (i + 1).min(self.running.len() - 1),
                 };
                 let victim = self.running[vi];
-                self.preempt(vi, &mut budget, records);
+                self.preempt(vi, records);
                 if victim == id {
                     preempted_self = true;
                     break;
-                }
-                if vi < i {
-                    i -= 1;
                 }
             }
             if preempted_self {
@@ -517,15 +518,11 @@ impl Scheduler {
     }
 
     /// Release running request `running[vi]` and send it back to the front of the queue to be
-    /// recomputed; if it was already scheduled in this pass, its tokens return to the budget.
-    fn preempt(&mut self, vi: usize, budget: &mut u32, records: &mut Records) {
+    /// recomputed.
+    fn preempt(&mut self, vi: usize, records: &mut Records) {
         let id = self.running.remove(vi);
         let seq = &mut self.seqs[id as usize];
-        if seq.in_pass {
-            seq.in_pass = false;
-            *budget += seq.pass_tokens;
-            self.in_pass.retain(|&x| x != id);
-        }
+        debug_assert!(!seq.in_pass, "victims are not scheduled in this pass yet");
         self.cache.release(&seq.slots, seq.private);
         seq.slots.clear();
         seq.private = 0;

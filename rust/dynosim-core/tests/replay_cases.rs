@@ -141,14 +141,46 @@ fn cache_too_small_for_two_preempts_then_recomputes() {
 }
 
 #[test]
-fn fifo_preemption_takes_the_oldest() {
-    let rows = Rows::new(4, &[(0.0, 4, 8, &[1]), (0.0, 4, 8, &[2])]);
-    let mut c = small(4, 64);
+fn fifo_and_lifo_preempt_different_requests() {
+    // 6 blocks of 4 tokens; A, B, C: 4-token prompts, 8 output tokens (3 blocks each to
+    // finish). Prefill together [0,10]; decodes to 14 grow each to 2 blocks (cache full). At
+    // 14 A needs a third block: LIFO preempts the newest (C), FIFO the earliest admitted after
+    // A (B). The survivors finish at 17; the victim is readmitted with its prompt block still
+    // cached, recomputes 5 tokens (10 ms) and ends at 29.
+    let rows = Rows::new(
+        4,
+        &[(0.0, 4, 8, &[1]), (0.0, 4, 8, &[2]), (0.0, 4, 8, &[3])],
+    );
+    let mut c = small(6, 64);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.preemptions, [0, 0, 1]);
+    assert_eq!(r.derived.e2e_ms, [17.0, 17.0, 29.0]);
     c.engine.preemption_mode = dynosim_core::config::PreemptionMode::Fifo;
     let r = rows.replay(&c);
-    assert_eq!(r.records.preemptions, [1, 0]);
-    // Mirror image of the LIFO case: B finishes at 17, A at 29.
-    assert_eq!(r.derived.e2e_ms, [29.0, 17.0]);
+    assert_eq!(r.records.preemptions, [0, 1, 0]);
+    assert_eq!(r.derived.e2e_ms, [17.0, 29.0, 17.0]);
+}
+
+#[test]
+fn fifo_preemption_cannot_livelock() {
+    // The minimal case a property test found: with FIFO preempting the oldest running request
+    // outright, two requests on worker 0 preempted each other forever.
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 4, 1, &[0]),
+            (0.0, 1, 1, &[0]),
+            (1.0, 51, 12, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]),
+            (1.0, 1, 1, &[0]),
+            (1.0, 29, 10, &[100, 101, 102, 103, 104, 105, 106, 107]),
+        ],
+    );
+    let mut c = small(24, 9);
+    c.cluster.num_workers = 2;
+    c.engine.max_num_seqs = 2;
+    c.engine.preemption_mode = dynosim_core::config::PreemptionMode::Fifo;
+    let r = rows.replay(&c);
+    assert_eq!(r.summary.completed_requests, 5);
 }
 
 #[test]
@@ -217,7 +249,7 @@ fn arb_rows() -> impl Strategy<Value = Vec<(u32, u32, u32, u8)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     /// Every request ends completed or rejected, token times are ordered, and a second run is
     /// identical, whatever the cache pressure and batch limits.
@@ -418,7 +450,7 @@ fn arb_sessions() -> impl Strategy<Value = Vec<(u32, u32, u32, i64, u8)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     /// Closed loop never has more than `concurrency` sessions in flight, a session's turns
     /// never overlap and keep their order, and every request ends.

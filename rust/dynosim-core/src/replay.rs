@@ -560,6 +560,7 @@ pub fn replay(
     let mut to_send: Vec<u32> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
     let mut now = 0.0_f64;
+    let mut started = false;
 
     loop {
         let next = [
@@ -572,10 +573,11 @@ pub fn replay(
             },
         ];
         let t = next.into_iter().flatten().reduce(f64::min);
-        // The closed loop starts at 0 with no event before it.
-        let Some(t) = t.or((records.finished == 0 && to_send.is_empty()).then_some(0.0)) else {
+        // The closed loop starts at 0 with no event before it (once: an empty workload ends).
+        let Some(t) = t.or((!started).then_some(0.0)) else {
             break;
         };
+        started = true;
         now = t;
         sampler.record_until(now, &cluster, false);
         // Onboards that end now queue first, ahead of what arrives now; flows start after.

@@ -234,6 +234,15 @@ fn round_robin_spreads_requests() {
 }
 
 #[test]
+fn empty_workload_ends_in_both_loops() {
+    let rows = Rows::new(4, &[]);
+    let mut c = small(100, 64);
+    assert_eq!(rows.replay(&c).summary.num_requests, 0);
+    c.cluster.concurrency = Some(3);
+    assert_eq!(rows.replay(&c).summary.num_requests, 0);
+}
+
+#[test]
 fn bad_workload_is_an_error_not_a_panic() {
     let rows = Rows::new(4, &[(0.0, 9, 1, &[1, 2])]);
     let err = replay(&rows.workload(), &small(100, 64), None).unwrap_err();

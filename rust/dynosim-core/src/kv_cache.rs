@@ -101,24 +101,7 @@ impl KvCache {
         if self.inactive == self.capacity {
             self.evict_lru();
         }
-        let slot = Slot {
-            hash,
-            refcount: 0,
-            prev: NIL,
-            next: NIL,
-        };
-        let index = match self.spare_slots.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.by_hash
-            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
+        let index = self.name_slot(hash, 0);
         self.inactive += 1;
         self.push_back(index);
         true
@@ -197,25 +180,7 @@ impl KvCache {
         if self.find(hash).is_some() {
             return None;
         }
-        let slot = Slot {
-            hash,
-            refcount: 1,
-            prev: NIL,
-            next: NIL,
-        };
-        let index = match self.spare_slots.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.by_hash
-            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
-        Some(index)
+        Some(self.name_slot(hash, 1))
     }
 
     /// Drop a request's references: `slots` in block order and `private` unnamed blocks.
@@ -247,6 +212,29 @@ impl KvCache {
         if self.record_evicted {
             self.evicted.push(hash);
         }
+    }
+
+    /// A slot (a spare one if any) holding the absent identity `hash`, findable by it.
+    fn name_slot(&mut self, hash: u64, refcount: u32) -> u32 {
+        let slot = Slot {
+            hash,
+            refcount,
+            prev: NIL,
+            next: NIL,
+        };
+        let index = match self.spare_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_hash
+            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
+        index
     }
 
     fn find(&self, hash: u64) -> Option<u32> {

@@ -5,43 +5,19 @@
 
 use dynosim_core::config::{FixedTiming, LinkModel, ServingMode, TimingConfig, TransferSizing};
 use dynosim_core::report::Status;
-use dynosim_core::{replay, Report, SimConfig, Workload};
+use dynosim_core::{Report, SimConfig};
 
-struct Rows {
-    arrival: Vec<f64>,
-    input: Vec<u32>,
-    output: Vec<u32>,
-    offsets: Vec<u64>,
-    ids: Vec<u64>,
-}
+mod common;
+use common::Rows;
 
-impl Rows {
-    /// `n` requests at t=0 of 128 prompt tokens (one 128-token trace block each, with the
-    /// given ids) and `output` tokens.
-    fn at_zero(ids: &[u64], output: u32) -> Rows {
-        let n = ids.len();
-        Rows {
-            arrival: vec![0.0; n],
-            input: vec![128; n],
-            output: vec![output; n],
-            offsets: (0..=n as u64).collect(),
-            ids: ids.to_vec(),
-        }
+/// `n` requests at t=0 of 128 prompt tokens (one 128-token trace block each, with the given
+/// ids) and `output` tokens.
+fn at_zero(ids: &[u64], output: u32) -> Rows {
+    let mut rows = Rows::new(128, &[]);
+    for id in ids {
+        rows.push(0.0, 128, output, &[*id]);
     }
-
-    fn replay(&self, config: &SimConfig) -> Report {
-        let w = Workload {
-            arrival_ms: &self.arrival,
-            input_length: &self.input,
-            output_length: &self.output,
-            hash_offsets: &self.offsets,
-            hash_ids: &self.ids,
-            trace_block_size: 128,
-            session: None,
-            delay_ms: None,
-        };
-        replay(&w, config, None).unwrap()
-    }
+    rows
 }
 
 fn disagg(prefill: u32, decode: u32, link: Option<LinkModel>) -> SimConfig {
@@ -68,7 +44,7 @@ fn transfer_ms(r: &Report) -> Vec<f64> {
 #[test]
 fn two_transfers_into_one_decode_rank_take_twice_as_long() {
     // P0 and P1 each prefill one request by 10 ms; both go to D0 and share its receive link.
-    let r = Rows::at_zero(&[1, 2], 3).replay(&disagg(2, 1, None));
+    let r = at_zero(&[1, 2], 3).replay(&disagg(2, 1, None));
     assert_eq!(r.records.worker, [0, 1]);
     assert_eq!(r.records.decode_worker, [0, 0]);
     assert_eq!(r.records.transfer_start_ms, [10.0, 10.0]);
@@ -82,14 +58,14 @@ fn two_transfers_into_one_decode_rank_take_twice_as_long() {
 #[test]
 fn two_transfers_from_one_prefill_rank_take_twice_as_long() {
     // One prefill pass serves both; D0 and D1 receive from P0's single send link.
-    let r = Rows::at_zero(&[1, 2], 2).replay(&disagg(1, 2, None));
+    let r = at_zero(&[1, 2], 2).replay(&disagg(1, 2, None));
     assert_eq!(r.records.decode_worker, [0, 1]);
     assert_eq!(transfer_ms(&r), [256.0, 256.0]);
 }
 
 #[test]
 fn transfers_on_separate_ranks_run_at_full_rate() {
-    let r = Rows::at_zero(&[1, 2], 2).replay(&disagg(2, 2, None));
+    let r = at_zero(&[1, 2], 2).replay(&disagg(2, 2, None));
     assert_eq!(transfer_ms(&r), [128.0, 128.0]);
     // Each link moved 128 MB in 10 + 128 + 1 = 139 ms of replay.
     for u in &r.summary.link_utilization {
@@ -99,7 +75,7 @@ fn transfers_on_separate_ranks_run_at_full_rate() {
 
 #[test]
 fn line_rate_ignores_sharing() {
-    let r = Rows::at_zero(&[1, 2], 2).replay(&disagg(2, 1, Some(LinkModel::LineRate)));
+    let r = at_zero(&[1, 2], 2).replay(&disagg(2, 1, Some(LinkModel::LineRate)));
     assert_eq!(transfer_ms(&r), [128.0, 128.0]);
     assert_eq!(r.summary.rate_recomputations, 0);
 }
@@ -108,7 +84,7 @@ fn line_rate_ignores_sharing() {
 fn no_bandwidth_means_instant_transfers() {
     let mut c = disagg(1, 1, None);
     c.kv_transfer.bandwidth_gbps = None;
-    let r = Rows::at_zero(&[1], 2).replay(&c);
+    let r = at_zero(&[1], 2).replay(&c);
     assert_eq!(transfer_ms(&r), [0.0]);
     assert_eq!(r.derived.ttft_ms, [10.0]);
     assert!(r.summary.link_utilization.is_empty());
@@ -119,7 +95,7 @@ fn slower_decode_link_is_the_bottleneck() {
     // Send 1 GB/s, receive 0.5 GB/s: 128 MB takes 256 ms even alone.
     let mut c = disagg(1, 1, None);
     c.kv_transfer.decode_bandwidth_gbps = Some(0.5);
-    let r = Rows::at_zero(&[1], 2).replay(&c);
+    let r = at_zero(&[1], 2).replay(&c);
     assert_eq!(transfer_ms(&r), [256.0]);
 }
 
@@ -128,13 +104,7 @@ fn a_transfer_that_finishes_frees_bandwidth_for_the_other() {
     // Two requests into D0: one of 128 tokens, one of 384 (three blocks). Shared at 0.5 GB/s
     // until the small one is done at 10 + 256; the big one then has 384 - 128 = 256 MB left at
     // 1 GB/s: done at 266 + 256 = 522.
-    let rows = Rows {
-        arrival: vec![0.0, 0.0],
-        input: vec![128, 384],
-        output: vec![2, 2],
-        offsets: vec![0, 1, 4],
-        ids: vec![1, 2, 3, 4],
-    };
+    let rows = Rows::new(128, &[(0.0, 128, 2, &[1]), (0.0, 384, 2, &[2, 3, 4])]);
     let r = rows.replay(&disagg(2, 1, None));
     assert_eq!(r.records.transfer_end_ms, [266.0, 522.0]);
     assert!(r.summary.rate_recomputations >= 2);
@@ -146,13 +116,7 @@ fn destination_missing_moves_only_uncached_blocks() {
     // on D0 and moves nothing.
     let mut c = disagg(1, 1, None);
     c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
-    let rows = Rows {
-        arrival: vec![0.0, 1000.0],
-        input: vec![128, 128],
-        output: vec![2, 2],
-        offsets: vec![0, 1, 2],
-        ids: vec![7, 7],
-    };
+    let rows = Rows::new(128, &[(0.0, 128, 2, &[7]), (1000.0, 128, 2, &[7])]);
     let r = rows.replay(&c);
     assert_eq!(r.records.transfer_bytes, [128e6, 0.0]);
     assert_eq!(transfer_ms(&r), [128.0, 0.0]);
@@ -165,7 +129,7 @@ fn many_transfers_finishing_at_once() {
     // 16 prefill and 16 decode workers, 16 identical transfers on disjoint link pairs: all
     // end at the same instant, every request completes.
     let ids: Vec<u64> = (0..16).collect();
-    let r = Rows::at_zero(&ids, 2).replay(&disagg(16, 16, None));
+    let r = at_zero(&ids, 2).replay(&disagg(16, 16, None));
     assert!(transfer_ms(&r).iter().all(|&t| t == 128.0));
     assert!(r
         .records
@@ -180,7 +144,7 @@ fn one_third_capacities_leave_no_stray_bytes() {
     // still end, at 384 ms (alone) or 768 ms (shared by two).
     let mut c = disagg(2, 1, None);
     c.kv_transfer.bandwidth_gbps = Some(1.0 / 3.0);
-    let r = Rows::at_zero(&[1, 2, 3], 2).replay(&c);
+    let r = at_zero(&[1, 2, 3], 2).replay(&c);
     assert!(r
         .records
         .status
@@ -197,7 +161,7 @@ fn decode_pool_that_cannot_hold_a_request_rejects_it() {
     small.block_size = 64;
     small.num_gpu_blocks = 2; // 128 tokens: the prompt plus one token does not fit
     c.decode.engine = Some(small);
-    let r = Rows::at_zero(&[1], 2).replay(&c);
+    let r = at_zero(&[1], 2).replay(&c);
     assert_eq!(r.records.status, [Status::Rejected as u8]);
     assert_eq!(r.summary.num_transfers, 0);
 }
@@ -208,11 +172,11 @@ fn first_token_after_the_first_decode_pass() {
     // (1 ms) emits the first token at 267, then 268 and 269.
     let mut c = disagg(2, 1, None);
     c.kv_transfer.first_token = Some(dynosim_core::config::FirstToken::FirstDecodePass);
-    let r = Rows::at_zero(&[1, 2], 3).replay(&c);
+    let r = at_zero(&[1, 2], 3).replay(&c);
     assert_eq!(r.records.transfer_end_ms, [266.0, 266.0]);
     assert_eq!(r.derived.ttft_ms, [267.0, 267.0]);
     assert_eq!(r.derived.e2e_ms, [269.0, 269.0]);
     // A one-token request also waits for that pass.
-    let r = Rows::at_zero(&[1], 1).replay(&c);
+    let r = at_zero(&[1], 1).replay(&c);
     assert_eq!(r.derived.e2e_ms, [10.0 + 128.0 + 1.0]);
 }

@@ -12,63 +12,32 @@
 
 use dynosim_core::config::{FixedTiming, TimingConfig};
 use dynosim_core::links::{FlowId, LinkNetwork};
-use dynosim_core::{replay, Report, SimConfig, Workload};
+use dynosim_core::{Report, SimConfig};
+
+mod common;
+use common::Rows;
 
 const BLOCK: u64 = 16;
 const GB: f64 = 1e6; // bytes per ms in one GB/s
 const BLOCK_BYTES: f64 = 16e6;
 
-struct Rows {
-    arrival: Vec<f64>,
-    input: Vec<u32>,
-    output: Vec<u32>,
-    offsets: Vec<u64>,
-    ids: Vec<u64>,
-}
-
-impl Rows {
-    /// The four phases for `workers` workers; `push_to_g3[w]`: worker w's D evicts B.
-    fn phases(push_to_g3: &[bool]) -> Rows {
-        let mut rows = Rows {
-            arrival: Vec::new(),
-            input: Vec::new(),
-            output: Vec::new(),
-            offsets: vec![0],
-            ids: Vec::new(),
-        };
-        for phase in 0..4u64 {
-            for (w, &push) in push_to_g3.iter().enumerate() {
-                let base = 1000 * w as u64;
-                let (t, ids): (f64, Vec<u64>) = match phase {
-                    0 => (0.0, (1..=3).map(|k| base + k).collect()),
-                    1 => (20.0, (11..=14).map(|k| base + k).collect()),
-                    2 if push => (40.0, (21..=24).map(|k| base + k).collect()),
-                    2 => (40.0, (11..=14).map(|k| base + k).collect()),
-                    _ => (100.0, [1, 2, 3, 31].iter().map(|k| base + k).collect()),
-                };
-                rows.arrival.push(t);
-                rows.input.push((ids.len() as u64 * BLOCK) as u32);
-                rows.output.push(1);
-                rows.ids.extend(&ids);
-                rows.offsets.push(rows.ids.len() as u64);
-            }
+/// The four phases for `workers` workers; `push_to_g3[w]`: worker w's D evicts B.
+fn phases(push_to_g3: &[bool]) -> Rows {
+    let mut rows = Rows::new(BLOCK as u32, &[]);
+    for phase in 0..4u64 {
+        for (w, &push) in push_to_g3.iter().enumerate() {
+            let base = 1000 * w as u64;
+            let (t, ids): (f64, Vec<u64>) = match phase {
+                0 => (0.0, (1..=3).map(|k| base + k).collect()),
+                1 => (20.0, (11..=14).map(|k| base + k).collect()),
+                2 if push => (40.0, (21..=24).map(|k| base + k).collect()),
+                2 => (40.0, (11..=14).map(|k| base + k).collect()),
+                _ => (100.0, [1, 2, 3, 31].iter().map(|k| base + k).collect()),
+            };
+            rows.push(t, (ids.len() as u64 * BLOCK) as u32, 1, &ids);
         }
-        rows
     }
-
-    fn replay(&self, config: &SimConfig) -> Report {
-        let w = Workload {
-            arrival_ms: &self.arrival,
-            input_length: &self.input,
-            output_length: &self.output,
-            hash_offsets: &self.offsets,
-            hash_ids: &self.ids,
-            trace_block_size: BLOCK as u32,
-            session: None,
-            delay_ms: None,
-        };
-        replay(&w, config, None).unwrap()
-    }
+    rows
 }
 
 fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimConfig {
@@ -101,7 +70,7 @@ fn onboard_ms(r: &Report, i: usize) -> f64 {
 
 #[test]
 fn evicted_prefix_is_onboarded_from_g2() {
-    let r = Rows::phases(&[false]).replay(&config(1, Some(8), None, false));
+    let r = phases(&[false]).replay(&config(1, Some(8), None, false));
     let c = 3;
     // a1 is still in G1; a2 a3 went to G2.
     assert_eq!(
@@ -132,7 +101,7 @@ fn evicted_prefix_is_onboarded_from_g2() {
     assert_eq!(o.offload_bytes, 5.0 * BLOCK_BYTES);
     assert_eq!(o.dropped_blocks, 0);
     // Without tiers C reuses a1 and prefills the rest at once.
-    let plain = Rows::phases(&[false]).replay(&config(1, None, None, false));
+    let plain = phases(&[false]).replay(&config(1, None, None, false));
     assert_eq!(plain.derived.ttft_ms[c], 10.0);
     assert_eq!(plain.records.reused_tokens[c], 16);
     assert!(plain.summary.offload.is_none());
@@ -140,7 +109,7 @@ fn evicted_prefix_is_onboarded_from_g2() {
 
 #[test]
 fn g3_hits_stage_through_g2() {
-    let r = Rows::phases(&[true]).replay(&config(1, Some(2), Some(16), false));
+    let r = phases(&[true]).replay(&config(1, Some(2), Some(16), false));
     let c = 3;
     assert_eq!(
         (r.records.g2_hit_blocks[c], r.records.g3_hit_blocks[c]),
@@ -165,9 +134,9 @@ fn a_shared_g3_pool_is_shared_at_half_rate() {
     // Both workers onboard 3 blocks from G3 at 100 ms.
     let mut cfg = config(2, Some(2), Some(16), false);
     cfg.offload.g2_g3_gbps = 1.0;
-    let own = Rows::phases(&[true, true]).replay(&cfg);
+    let own = phases(&[true, true]).replay(&cfg);
     cfg.offload.g3_shared = true;
-    let shared = Rows::phases(&[true, true]).replay(&cfg);
+    let shared = phases(&[true, true]).replay(&cfg);
     for c in last(&own, 2) {
         assert_eq!(own.records.g3_hit_blocks[c], 3);
         assert_eq!(shared.records.g3_hit_blocks[c], 3);
@@ -187,7 +156,7 @@ fn a_flow_capped_by_its_own_g2_link_leaves_the_pool_to_the_other() {
     // end at 132 ms; then F1 runs at 1 GB/s, its own link (19.2e6 B left: 151.2 ms).
     let mut cfg = config(2, Some(1), Some(16), true);
     cfg.offload.g2_g3_gbps = 1.4;
-    let r = Rows::phases(&[false, true]).replay(&cfg);
+    let r = phases(&[false, true]).replay(&cfg);
     let (c0, c1) = (6, 7);
     assert_eq!(
         (
@@ -225,7 +194,7 @@ fn no_room_in_g1_means_no_onboarding() {
     // A runner of 3 blocks (output 17: 4 blocks by its end) arrives at 99 ms, evicting a1 and
     // two of B's blocks, and holds 3 of the 5 G1 blocks when C queues at 100 ms: C finds a1 a2
     // a3 in G2 but G1 has 2 blocks free, not 3, so C queues without them and prefills all.
-    let mut rows = Rows::phases(&[false]);
+    let mut rows = phases(&[false]);
     let c = rows.arrival.len() - 1;
     rows.arrival.insert(c, 99.0);
     rows.input.insert(c, 48);

@@ -2,56 +2,11 @@
 
 use dynosim_core::config::{FixedTiming, PolynomialTiming, TimingConfig};
 use dynosim_core::report::{RejectReason, Status};
-use dynosim_core::{replay, Report, SimConfig, Workload};
+use dynosim_core::{replay, SimConfig, Workload};
+
+mod common;
+use common::Rows;
 use proptest::prelude::*;
-
-/// Requests as (arrival ms, prompt tokens, output tokens, trace hash ids).
-struct Rows {
-    arrival: Vec<f64>,
-    input: Vec<u32>,
-    output: Vec<u32>,
-    offsets: Vec<u64>,
-    ids: Vec<u64>,
-    tbs: u32,
-}
-
-impl Rows {
-    fn new(tbs: u32, rows: &[(f64, u32, u32, &[u64])]) -> Rows {
-        let mut r = Rows {
-            arrival: vec![],
-            input: vec![],
-            output: vec![],
-            offsets: vec![0],
-            ids: vec![],
-            tbs,
-        };
-        for &(t, i, o, h) in rows {
-            r.arrival.push(t);
-            r.input.push(i);
-            r.output.push(o);
-            r.ids.extend_from_slice(h);
-            r.offsets.push(r.ids.len() as u64);
-        }
-        r
-    }
-
-    fn workload(&self) -> Workload<'_> {
-        Workload {
-            arrival_ms: &self.arrival,
-            input_length: &self.input,
-            output_length: &self.output,
-            hash_offsets: &self.offsets,
-            hash_ids: &self.ids,
-            trace_block_size: self.tbs,
-            session: None,
-            delay_ms: None,
-        }
-    }
-
-    fn replay(&self, config: &SimConfig) -> Report {
-        replay(&self.workload(), config, None).unwrap()
-    }
-}
 
 /// One worker, 4-token blocks, fixed timing: prefill 10 ms, decode 1 ms.
 fn small(num_gpu_blocks: u32, budget: u32) -> SimConfig {

@@ -34,7 +34,7 @@ impl Router {
         matches!(self, Router::KvAware { .. })
     }
 
-    /// Pick one of `n` candidates without looking at their state.
+    /// Pick one of `n` candidates without looking at their state (not for `kv_aware`).
     pub fn route(&mut self, n: usize) -> usize {
         match self {
             Router::RoundRobin { next } => {
@@ -43,7 +43,7 @@ impl Router {
                 w
             }
             Router::Random { rng } => rng.random_range(0..n),
-            Router::KvAware { .. } => 0,
+            Router::KvAware { .. } => unreachable!("kv_aware routes by cache (needs_caches)"),
         }
     }
 

@@ -6,6 +6,7 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
+use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
 const NIL: u32 = u32::MAX;
@@ -177,10 +178,19 @@ impl KvCache {
     /// its slot, or `None` when another request cached the same content first (the block then
     /// stays private).
     pub fn register(&mut self, hash: u64) -> Option<u32> {
-        if self.find(hash).is_some() {
+        // One probe finds the identity or the place to name it.
+        let slots = &self.slots;
+        let entry = self.by_hash.entry(
+            hash,
+            |&i| slots[i as usize].hash == hash,
+            |&i| slots[i as usize].hash,
+        );
+        let Entry::Vacant(vacant) = entry else {
             return None;
-        }
-        Some(self.name_slot(hash, 1))
+        };
+        let index = Self::fill_slot(&mut self.slots, &mut self.spare_slots, hash, 1);
+        vacant.insert(index);
+        Some(index)
     }
 
     /// Drop a request's references: `slots` in block order and `private` unnamed blocks.
@@ -216,25 +226,30 @@ impl KvCache {
 
     /// A slot (a spare one if any) holding the absent identity `hash`, findable by it.
     fn name_slot(&mut self, hash: u64, refcount: u32) -> u32 {
+        let index = Self::fill_slot(&mut self.slots, &mut self.spare_slots, hash, refcount);
+        self.by_hash
+            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
+        index
+    }
+
+    /// A slot (a spare one if any) holding `hash`, not yet findable by it.
+    fn fill_slot(slots: &mut Vec<Slot>, spare: &mut Vec<u32>, hash: u64, refcount: u32) -> u32 {
         let slot = Slot {
             hash,
             refcount,
             prev: NIL,
             next: NIL,
         };
-        let index = match self.spare_slots.pop() {
+        match spare.pop() {
             Some(i) => {
-                self.slots[i as usize] = slot;
+                slots[i as usize] = slot;
                 i
             }
             None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
+                slots.push(slot);
+                (slots.len() - 1) as u32
             }
-        };
-        self.by_hash
-            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
-        index
+        }
     }
 
     fn find(&self, hash: u64) -> Option<u32> {

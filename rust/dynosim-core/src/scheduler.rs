@@ -34,8 +34,8 @@ struct Seq {
     pass_tokens: u32,
     admitted_once: bool,
     finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
-    /// from what G1 still holds).
+    /// Offload tiers: looked up in G2/G3 since it was queued (again after a preemption: the
+    /// blocks it released may have moved down to G2/G3 meanwhile).
     tier_checked: bool,
     last_token_ms: f64,
 }
@@ -225,6 +225,11 @@ impl Scheduler {
         self.held_for_transfer > 0 || self.receiving > 0 || self.onboarding > 0
     }
 
+    /// Offload tiers: whether requests hold blocks while their prefix comes up from G2/G3.
+    pub fn is_onboarding(&self) -> bool {
+        self.onboarding > 0
+    }
+
     /// Offload tiers: keep the identities of blocks this rank's cache evicts.
     pub fn record_evictions(&mut self) {
         self.cache.record_evictions();
@@ -234,6 +239,11 @@ impl Scheduler {
     /// first) to the end of `out`.
     pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
         self.cache.drain_evicted_into(out);
+    }
+
+    /// Whether request `handle` was ever admitted (it runs again after a preemption).
+    pub fn was_admitted(&self, handle: u32) -> bool {
+        self.seqs[handle as usize].admitted_once
     }
 
     /// The workload row of request `handle`.
@@ -252,7 +262,7 @@ impl Scheduler {
     pub fn take_unchecked_heads(&mut self, out: &mut Vec<u32>) {
         out.clear();
         let budget = u64::from(self.config.max_num_batched_tokens);
-        let room = (self.config.max_num_seqs as usize).saturating_sub(self.running.len());
+        let room = (self.config.max_num_seqs as usize).saturating_sub(self.seqs_in_use());
         let mut tokens = 0u64;
         for &id in self.waiting.iter().take(room) {
             if tokens >= budget {
@@ -356,6 +366,12 @@ impl Scheduler {
         }
     }
 
+    /// Sequence slots taken toward `max_num_seqs`: running requests and those holding blocks
+    /// while their prefix is onboarded (they run next).
+    fn seqs_in_use(&self) -> usize {
+        self.running.len() + self.onboarding as usize
+    }
+
     /// Queue `id` at the back, or at the front (a preempted request goes first again).
     fn push_waiting(&mut self, id: u32, front: bool) {
         let target = self.seqs[id as usize].target();
@@ -442,7 +458,7 @@ impl Scheduler {
             i += 1;
         }
         while let Some(&id) = self.waiting.front() {
-            if self.running.len() >= self.config.max_num_seqs as usize || budget == 0 {
+            if self.seqs_in_use() >= self.config.max_num_seqs as usize || budget == 0 {
                 break;
             }
             let seq = &self.seqs[id as usize];
@@ -501,6 +517,78 @@ impl Scheduler {
         Some(self.timer.pass_ms(&shape))
     }
 
+    /// Chain plain decode passes without the event loop; returns the end (ms) of the pass
+    /// left in flight and how many passes ended here.
+    ///
+    /// The pass in flight was planned at `start` and ends at `end`. A pass is plain when
+    /// nothing waits and every running request decodes one token in it, a token after its
+    /// second and before its last, and the next token needs no new block: its end then only
+    /// emits tokens, and the next pass has the same requests with one more KV token each. Such
+    /// passes end and start here, in the order the event loop would run them, while they end
+    /// before `horizon` (ms), the next instant anything outside this rank can reach it. Nothing
+    /// the rest of the simulator observes changes (queue, running set, cache, finished
+    /// requests), so only the virtual clock, the tokens and the inter-token latencies move.
+    pub fn run_plain_decodes(
+        &mut self,
+        start: f64,
+        end: f64,
+        horizon: f64,
+        records: &mut Records,
+    ) -> (f64, u64) {
+        let n = self.in_pass.len();
+        if self.role == Role::Prefill
+            || !self.waiting.is_empty()
+            || n != self.running.len()
+            || n as u64 > u64::from(self.config.max_num_batched_tokens)
+            || end >= horizon
+        {
+            return (end, 0);
+        }
+        let bs = self.config.block_size;
+        // Passes whose ends are plain for every request, and KV tokens in the pass in flight.
+        let mut plain = u32::MAX;
+        let mut kv = 0u64;
+        for &id in &self.in_pass {
+            let seq = &self.seqs[id as usize];
+            if seq.prefilling
+                || seq.pass_tokens != 1
+                || seq.generated < 2
+                || seq.last_token_ms != start
+            {
+                return (end, 0);
+            }
+            // Ends before its last token, and next tokens within the blocks it holds.
+            let before_last = seq.output - seq.generated - 1;
+            let room = seq.held() * bs - seq.computed;
+            plain = plain.min(before_last).min(room);
+            kv += u64::from(seq.computed);
+        }
+        let mut shape = PassShape {
+            decode_requests: n as u32,
+            decode_kv_tokens: kv,
+            ..PassShape::default()
+        };
+        let (mut prev, mut end) = (start, end);
+        let mut passes = 0u32;
+        while passes < plain && end < horizon {
+            records.itl.push_n(end - prev, n as u64);
+            shape.decode_kv_tokens += n as u64;
+            prev = end;
+            end = prev + self.timer.pass_ms(&shape);
+            passes += 1;
+        }
+        if passes > 0 {
+            for &id in &self.in_pass {
+                let seq = &mut self.seqs[id as usize];
+                seq.generated += passes;
+                seq.computed += passes;
+                seq.last_token_ms = prev;
+            }
+            self.passes += u64::from(passes);
+        }
+        (end, u64::from(passes))
+    }
+
     /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
     /// blocks so later requests can share them.
     fn schedule(&mut self, id: u32, n: u32, need: u32) {
@@ -529,6 +617,7 @@ impl Scheduler {
         seq.named = 0;
         seq.computed = 0;
         seq.prefilling = true;
+        seq.tier_checked = false;
         records.preemptions[seq.request as usize] += 1;
         self.preemptions += 1;
         self.push_waiting(id, true);

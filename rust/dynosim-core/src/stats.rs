@@ -12,9 +12,15 @@ pub struct WeightedSamples {
 
 impl WeightedSamples {
     pub fn push(&mut self, value: f64) {
+        self.push_n(value, 1);
+    }
+
+    /// Push `value` `count` times (nothing when `count` is 0).
+    pub fn push_n(&mut self, value: f64, count: u64) {
         match self.runs.last_mut() {
-            Some((v, count)) if *v == value => *count += 1,
-            _ => self.runs.push((value, 1)),
+            _ if count == 0 => {}
+            Some((v, c)) if *v == value => *c += count,
+            _ => self.runs.push((value, count)),
         }
     }
 
@@ -22,11 +28,9 @@ impl WeightedSamples {
         self.runs.iter().map(|r| r.1).sum()
     }
 
-    /// The distribution of all samples pushed so far (sorts them in place).
+    /// The distribution of all samples pushed so far.
     pub fn distribution(&mut self) -> Distribution {
-        // Radix sort: millions of inter-token gaps sort several times faster than by compare.
-        radsort::sort_by_key(&mut self.runs, |r| r.0);
-        Distribution::from_sorted_runs(&self.runs)
+        Distribution::from_runs(&self.runs)
     }
 }
 
@@ -48,68 +52,283 @@ pub struct Distribution {
 impl Distribution {
     /// Summarise plain samples; NaN samples are skipped (a metric a request does not have).
     pub fn of(values: impl IntoIterator<Item = f64>) -> Distribution {
-        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
-        radsort::sort(&mut v);
-        let runs: Vec<(f64, u64)> = v.into_iter().map(|x| (x, 1)).collect();
-        Distribution::from_sorted_runs(&runs)
+        let runs: Vec<(f64, u64)> = values
+            .into_iter()
+            .filter(|x| !x.is_nan())
+            .map(|x| (x, 1))
+            .collect();
+        Distribution::from_runs(&runs)
     }
 
-    fn from_sorted_runs(runs: &[(f64, u64)]) -> Distribution {
-        let n: u64 = runs.iter().map(|r| r.1).sum();
-        if n == 0 {
+    /// Summarise runs in any order. Only the twelve order statistics needed are
+    /// found (a radix select), not the whole order: sorting millions of inter-token gaps
+    /// used to dominate the report.
+    fn from_runs(runs: &[(f64, u64)]) -> Distribution {
+        if runs.is_empty() {
             return Distribution::default();
         }
-        let total = n as f64;
-        let mean = runs.iter().map(|&(v, c)| v * c as f64).sum::<f64>() / total;
-        let var = runs
+        // Buckets span the key range of a sample: the exact range would take a pass of its
+        // own. Keys outside it fall into the end buckets, which costs time only. Picks are
+        // pseudo-random (xorshift): a stride can alias with periodic data.
+        let (lo, hi) = if runs.len() <= SAMPLE {
+            key_range(runs.iter().map(|r| key(r.0)))
+        } else {
+            let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+            key_range((0..SAMPLE).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                key(runs[(x % runs.len() as u64) as usize].0)
+            }))
+        };
+        let buckets = Buckets::new(lo, hi, runs.len());
+
+        // Pass 1: sum and histogram. Each run's bucket (below 2^16) is kept: gathering then
+        // reads 2 bytes a run instead of the run, and u16 indices into 2^16-entry tables need
+        // no bounds checks.
+        let mut hist: Box<[u64; 1 << 16]> = vec![0; 1 << 16].try_into().unwrap();
+        let mut sum = 0.0;
+        let in_bucket: Vec<u16> = runs
             .iter()
-            .map(|&(v, c)| (v - mean) * (v - mean) * c as f64)
-            .sum::<f64>()
-            / total;
-        let q = |p: f64| Some(quantile(runs, n, p));
+            .map(|&(v, c)| {
+                sum += v * c as f64;
+                let b = buckets.of(key(v)) as u16;
+                hist[usize::from(b)] += c;
+                b
+            })
+            .collect();
+        let n: u64 = hist.iter().sum();
+        let total = n as f64;
+        let mean = sum / total;
+        // Pass 2: four partial sums of squares run in parallel (in a fixed order).
+        let square = |&(v, c): &(f64, u64)| (v - mean) * (v - mean) * c as f64;
+        let mut squares = [0.0; 4];
+        let mut chunks = runs.chunks_exact(4);
+        for chunk in &mut chunks {
+            for (s, r) in squares.iter_mut().zip(chunk) {
+                *s += square(r);
+            }
+        }
+        for (s, r) in squares.iter_mut().zip(chunks.remainder()) {
+            *s += square(r);
+        }
+        let var = squares.iter().sum::<f64>() / total;
+
+        // numpy's `linear` percentile: position (n - 1) * p between its two neighbours. The
+        // extremes are order statistics too (the first and last bucket may hold keys
+        // outside the sampled range).
+        let positions = PERCENTILES.map(|p| {
+            let pos = (n - 1) as f64 * p;
+            let rank = pos.floor() as u64;
+            (rank, pos - rank as f64)
+        });
+        let mut ranks: Vec<u64> = positions
+            .iter()
+            .flat_map(|&(rank, frac)| [rank, rank + u64::from(frac != 0.0)])
+            .chain([0, n - 1])
+            .map(|rank| rank.min(n - 1))
+            .collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+
+        // Pass 3: gather the runs in the buckets holding the ranks.
+        let wanted = locate(&hist[..], &ranks);
+        let slot: Box<[u8; 1 << 16]> = slots(&wanted, 1 << 16).try_into().unwrap();
+        let mut parts = vec![Vec::new(); wanted.len()];
+        // Few runs are wanted: test eight at a time, without a branch each.
+        for (bs, rs) in in_bucket.chunks(8).zip(runs.chunks(8)) {
+            if bs.iter().fold(0, |any, &b| any | slot[usize::from(b)]) == 0 {
+                continue;
+            }
+            for (&b, &(v, c)) in bs.iter().zip(rs) {
+                if let Some(s) = slot[usize::from(b)].checked_sub(1) {
+                    push_run(&mut parts[usize::from(s)], key(v), c);
+                }
+            }
+        }
+        let mut keys = vec![0; ranks.len()];
+        select_in_parts(&parts, &wanted, &ranks, &mut keys);
+
+        let at = |rank: u64| value(keys[ranks.binary_search(&rank.min(n - 1)).unwrap()]);
+        let [p50, p75, p90, p95, p99] = positions.map(|(rank, frac)| {
+            let a = at(rank);
+            Some(if frac == 0.0 {
+                a
+            } else {
+                a + (at(rank + 1) - a) * frac
+            })
+        });
         Distribution {
             count: n,
             mean: Some(mean),
             std: Some(var.sqrt()),
-            min: Some(runs[0].0),
-            max: Some(runs[runs.len() - 1].0),
-            p50: q(0.50),
-            p75: q(0.75),
-            p90: q(0.90),
-            p95: q(0.95),
-            p99: q(0.99),
+            min: Some(at(0)),
+            max: Some(at(n - 1)),
+            p50,
+            p75,
+            p90,
+            p95,
+            p99,
         }
     }
 }
 
-/// Value at sorted position `rank` (0-based) of the expanded runs.
-fn at_rank(runs: &[(f64, u64)], rank: u64) -> f64 {
-    let mut seen = 0;
-    for &(v, c) in runs {
-        seen += c;
-        if rank < seen {
-            return v;
-        }
-    }
-    runs[runs.len() - 1].0
+const PERCENTILES: [f64; 5] = [0.50, 0.75, 0.90, 0.95, 0.99];
+
+/// Order-preserving map of a float to an integer (radsort's): positives get the sign bit set,
+/// negatives have every bit flipped. Order statistics are found on keys, so -0.0 ranks
+/// below +0.0 exactly as when sorting.
+fn key(v: f64) -> u64 {
+    let bits = v.to_bits();
+    bits ^ (((bits as i64 >> 63) as u64) | (1 << 63))
 }
 
-/// numpy's `linear` percentile: position (n - 1) * p between its two neighbours.
-fn quantile(runs: &[(f64, u64)], n: u64, p: f64) -> f64 {
-    let pos = (n - 1) as f64 * p;
-    let lo = pos.floor() as u64;
-    let frac = pos - lo as f64;
-    let a = at_rank(runs, lo);
-    if frac == 0.0 {
-        return a;
+fn value(key: u64) -> f64 {
+    f64::from_bits(if key >> 63 == 1 {
+        key ^ (1 << 63)
+    } else {
+        !key
+    })
+}
+
+/// Runs sampled to place the first level's buckets.
+const SAMPLE: usize = 1024;
+/// At most this many runs are sorted outright, cheaper than a histogram.
+const SORT_MAX: usize = 64;
+/// Histogram buckets per level, at most 2^this (a 512 KiB histogram). The first level
+/// keeps bucket indices as u16.
+const MAX_BUCKET_BITS: u32 = 16;
+
+/// Keys split by their leading bits below the common prefix of `lo..=hi`, into about one
+/// bucket per run. Keys outside `lo..=hi` fall into the end buckets.
+struct Buckets {
+    lo: u64,
+    shift: u32,
+    last: usize,
+}
+
+/// A bucket holding some of the wanted ranks: its index, the samples before it, and the
+/// index of its first rank.
+type Wanted = (usize, u64, usize);
+
+impl Buckets {
+    fn new(lo: u64, hi: u64, runs: usize) -> Buckets {
+        let bits = (usize::BITS - runs.leading_zeros()).min(MAX_BUCKET_BITS);
+        let shift = (u64::BITS - (hi - lo).leading_zeros()).saturating_sub(bits);
+        let last = ((hi - lo) >> shift) as usize;
+        Buckets { lo, shift, last }
     }
-    let b = at_rank(runs, lo + 1);
-    a + (b - a) * frac
+
+    fn of(&self, key: u64) -> usize {
+        ((key.saturating_sub(self.lo) >> self.shift) as usize).min(self.last)
+    }
+
+    /// Samples per bucket of (key, count) runs.
+    fn histogram(&self, runs: impl Iterator<Item = (u64, u64)>) -> Vec<u64> {
+        let mut hist = vec![0; self.last + 1];
+        for (k, c) in runs {
+            hist[self.of(k)] += c;
+        }
+        hist
+    }
+
+    /// The runs in each wanted bucket.
+    fn gather(
+        &self,
+        runs: impl Iterator<Item = (u64, u64)>,
+        wanted: &[Wanted],
+    ) -> Vec<Vec<(u64, u64)>> {
+        let slot = slots(wanted, self.last + 1);
+        let mut parts = vec![Vec::new(); wanted.len()];
+        for (k, c) in runs {
+            if let Some(s) = slot[self.of(k)].checked_sub(1) {
+                push_run(&mut parts[usize::from(s)], k, c);
+            }
+        }
+        parts
+    }
+}
+
+/// Appends a run to a part, merged into the last one if of equal key: concentrated data
+/// then gathers little.
+fn push_run(part: &mut Vec<(u64, u64)>, key: u64, count: u64) {
+    match part.last_mut() {
+        Some((last, c)) if *last == key => *c += count,
+        _ => part.push((key, count)),
+    }
+}
+
+fn key_range(keys: impl Iterator<Item = u64>) -> (u64, u64) {
+    keys.fold((u64::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k)))
+}
+
+/// Per bucket, its part + 1 among `wanted`, or 0. At most twelve ranks: parts fit a byte.
+fn slots(wanted: &[Wanted], buckets: usize) -> Vec<u8> {
+    let mut slot = vec![0; buckets];
+    for (s, w) in wanted.iter().enumerate() {
+        slot[w.0] = s as u8 + 1;
+    }
+    slot
+}
+
+/// The buckets of `hist` that hold `ranks` (ascending, below the total count).
+fn locate(hist: &[u64], ranks: &[u64]) -> Vec<Wanted> {
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let (mut b, mut before) = (0, 0);
+    for (i, &rank) in ranks.iter().enumerate() {
+        while before + hist[b] <= rank {
+            before += hist[b];
+            b += 1;
+        }
+        if wanted.last().is_none_or(|w| w.0 != b) {
+            wanted.push((b, before, i));
+        }
+    }
+    wanted
+}
+
+/// Sets `out[i]` to the key at 0-based position `ranks[i]` of all runs, given the runs of
+/// the wanted buckets as gathered.
+fn select_in_parts(parts: &[Vec<(u64, u64)>], wanted: &[Wanted], ranks: &[u64], out: &mut [u64]) {
+    for (s, (part, &(_, before, first))) in parts.iter().zip(wanted).enumerate() {
+        let end = wanted.get(s + 1).map_or(ranks.len(), |w| w.2);
+        let within: Vec<u64> = ranks[first..end].iter().map(|r| r - before).collect();
+        select(part, &within, &mut out[first..end]);
+    }
+}
+
+/// Sets `out[i]` to the key at 0-based position `ranks[i]` (ascending, below the total
+/// count) of the expanded (key, count) runs.
+fn select(runs: &[(u64, u64)], ranks: &[u64], out: &mut [u64]) {
+    let (lo, hi) = key_range(runs.iter().map(|r| r.0));
+    if lo == hi {
+        out.fill(lo);
+        return;
+    }
+    if runs.len() <= SORT_MAX {
+        let mut sorted = runs.to_vec();
+        sorted.sort_unstable_by_key(|r| r.0);
+        let (mut runs, mut seen, mut k) = (sorted.into_iter(), 0, 0);
+        for (o, &rank) in out.iter_mut().zip(ranks) {
+            while seen <= rank {
+                let (next, c) = runs.next().expect("rank below the total count");
+                (seen, k) = (seen + c, next);
+            }
+            *o = k;
+        }
+        return;
+    }
+    // Every level narrows the key range by the bucket count, down to single keys.
+    let buckets = Buckets::new(lo, hi, runs.len());
+    let wanted = locate(&buckets.histogram(runs.iter().copied()), ranks);
+    let parts = buckets.gather(runs.iter().copied(), &wanted);
+    select_in_parts(&parts, &wanted, ranks, out);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn percentiles_interpolate_like_numpy() {
@@ -139,6 +358,132 @@ mod tests {
         );
         assert!((a.mean.unwrap() - b.mean.unwrap()).abs() < 1e-12);
         assert!((a.std.unwrap() - b.std.unwrap()).abs() < 1e-12);
+    }
+
+    /// The previous implementation: sort every run (`total_cmp` orders like the keys), then
+    /// walk to each rank.
+    fn sorted_oracle(runs: &[(f64, u64)]) -> Distribution {
+        let mut runs = runs.to_vec();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let n: u64 = runs.iter().map(|r| r.1).sum();
+        if n == 0 {
+            return Distribution::default();
+        }
+        let at_rank = |rank: u64| {
+            let mut seen = 0;
+            runs.iter()
+                .find(|r| {
+                    seen += r.1;
+                    rank < seen
+                })
+                .unwrap()
+                .0
+        };
+        let q = |p: f64| {
+            let pos = (n - 1) as f64 * p;
+            let lo = pos.floor() as u64;
+            let frac = pos - lo as f64;
+            let a = at_rank(lo);
+            Some(if frac == 0.0 {
+                a
+            } else {
+                a + (at_rank(lo + 1) - a) * frac
+            })
+        };
+        let total = n as f64;
+        let mean = runs.iter().map(|&(v, c)| v * c as f64).sum::<f64>() / total;
+        let var = runs
+            .iter()
+            .map(|&(v, c)| (v - mean) * (v - mean) * c as f64);
+        Distribution {
+            count: n,
+            mean: Some(mean),
+            std: Some((var.sum::<f64>() / total).sqrt()),
+            min: Some(runs[0].0),
+            max: Some(runs[runs.len() - 1].0),
+            p50: q(0.50),
+            p75: q(0.75),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+        }
+    }
+
+    fn assert_matches_oracle(runs: &[(f64, u64)]) {
+        let mut w = WeightedSamples::default();
+        for &(v, c) in runs {
+            w.push_n(v, c);
+        }
+        let (got, want) = (w.distribution(), sorted_oracle(&w.runs));
+        let bits = |d: &Distribution| {
+            let f = [d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99];
+            (d.count, f.map(|x| x.map(f64::to_bits)))
+        };
+        assert_eq!(bits(&got), bits(&want), "{got:?} != {want:?}");
+        // Sums run in another order: allow rounding relative to the terms' size (mean |v|),
+        // not to a result that cancellation made tiny. When that size overflows, whether a
+        // sum overflows too depends on the order.
+        let scale = w.runs.iter().map(|&(v, c)| v.abs() * c as f64).sum::<f64>() / got.count as f64;
+        let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => {
+                a == b
+                    || !scale.is_finite()
+                    || (a - b).abs() <= 1e-12 * scale.max(a.abs()).max(b.abs())
+            }
+            (a, b) => a == b,
+        };
+        assert!(close(got.mean, want.mean), "{got:?} != {want:?}");
+        assert!(close(got.std, want.std), "{got:?} != {want:?}");
+    }
+
+    #[test]
+    fn edge_cases_match_sorting() {
+        assert_matches_oracle(&[]);
+        assert_matches_oracle(&[(3.5, 1)]);
+        assert_matches_oracle(&[(-2.0, 1), (7.0, 1)]);
+        assert_matches_oracle(&[(0.0, 1), (-0.0, 1), (-0.0, 3), (0.0, 2)]);
+        assert_matches_oracle(&[(-1e300, 1), (1e300, 1), (f64::MIN_POSITIVE, 5)]);
+        // All equal, in many runs and with counts whose total exceeds 2^53.
+        assert_matches_oracle(&vec![(4.25, 1 << 50); 1000]);
+        let mixed: Vec<(f64, u64)> = (0..5000)
+            .map(|i| (f64::from(i % 7), 1 + i as u64 % 3))
+            .collect();
+        assert_matches_oracle(&mixed);
+    }
+
+    /// A value of one of four kinds, from random bits (per-element strategy unions are slow).
+    fn sample_value(kind: u8, bits: u64) -> f64 {
+        match kind {
+            // Few distinct values: many ties, also across non-adjacent runs.
+            0 => [-1.5, -0.0, 0.0, 0.5, 2.0, 3.5, 7.0][bits as usize % 7],
+            // Neighbouring floats: select must resolve them down to the last bit.
+            1 => f64::from_bits(100.0f64.to_bits() + bits % 40),
+            // ITL-like gaps.
+            2 => 5.0 + 195.0 * (bits >> 11) as f64 / (1u64 << 53) as f64,
+            // Any finite value of either sign (a clear top exponent bit rules out inf/NaN).
+            _ => f64::from_bits(bits & !(1 << 62)),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn matches_sorting(
+            // Which kinds of value and whether some counts are huge vary per case, so that
+            // some cases cluster tightly (many bucket boundaries) and some spread widely.
+            kinds in 1u8..16,
+            huge in any::<bool>(),
+            runs in prop::collection::vec((any::<u8>(), any::<u64>(), any::<u64>()), 0..2500),
+        ) {
+            let kinds: Vec<u8> = (0..4).filter(|k| kinds >> k & 1 == 1).collect();
+            let runs: Vec<(f64, u64)> = runs
+                .into_iter()
+                .map(|(kind, bits, c)| {
+                    let count = if huge && c % 8 == 0 { 1 + (c >> 3) % (1 << 40) } else { 1 + c % 8 };
+                    (sample_value(kinds[kind as usize % kinds.len()], bits), count)
+                })
+                .collect();
+            assert_matches_oracle(&runs);
+        }
     }
 
     #[test]

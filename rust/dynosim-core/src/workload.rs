@@ -155,14 +155,18 @@ impl<'a> Workload<'a> {
         let full_blocks = u64::from(self.input_length[i]) / bs;
         out.reserve(full_blocks as usize);
         let mut chain = CHAIN_SEED;
+        // Walk trace block `j` (ending at token `boundary`) alongside: no division per block.
+        let (mut j, mut boundary) = (0, tbs);
         for k in 0..full_blocks {
-            let (start, end) = (k * bs, (k + 1) * bs);
-            let mut pos = start;
+            let (mut pos, end) = (k * bs, (k + 1) * bs);
             while pos < end {
-                let j = pos / tbs;
-                let run_end = end.min((j + 1) * tbs);
-                chain = mix(chain, ids[j as usize], run_end - pos);
+                let run_end = end.min(boundary);
+                chain = mix(chain, ids[j], run_end - pos);
                 pos = run_end;
+                if pos == boundary {
+                    j += 1;
+                    boundary += tbs;
+                }
             }
             out.push(chain);
         }

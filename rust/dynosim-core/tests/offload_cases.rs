@@ -233,3 +233,19 @@ fn tier_settings_are_validated() {
     let err = SimConfig::from_json(r#"{"offload": {"g1_g2_gbps": 0}}"#).unwrap_err();
     assert!(err.to_string().starts_with("offload.g1_g2_gbps: must be"));
 }
+
+#[test]
+fn a_request_onboarding_takes_a_sequence_slot() {
+    // C onboards from 100 to 132 ms; E arrives at 110 ms with one new block. With one sequence
+    // slot, E waits for C: admitted when C ends (132 + 10 ms prefill), not at once.
+    let mut rows = phases(&[false]);
+    rows.push(110.0, BLOCK as u32, 1, &[999]);
+    let mut c = config(1, Some(8), None, false);
+    c.engine.max_num_seqs = 1;
+    let r = rows.replay(&c);
+    let (c_row, e_row) = (3, 4);
+    assert_eq!(r.records.first_admit_ms[c_row], 132.0);
+    assert_eq!(r.records.last_token_ms[c_row], 142.0);
+    assert_eq!(r.records.first_admit_ms[e_row], 142.0);
+    assert_eq!(r.derived.ttft_ms[e_row], 42.0);
+}

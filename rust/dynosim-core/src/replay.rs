@@ -402,8 +402,18 @@ impl Cluster {
         for rank in self.workers[w].ranks() {
             let d = rank - self.num_prefill_ranks;
             while let Some(&h) = self.pending[d].front() {
+                // The prefill copy holds the prompt's block identities: reuse them when the
+                // block sizes match rather than hash the prompt again.
+                let src = &self.ranks[h.src as usize];
+                let same_blocks = src.block_size() == self.ranks[rank].block_size();
+                self.hashes.clear();
+                if same_blocks {
+                    self.hashes
+                        .extend_from_slice(src.prompt_hashes(h.src_handle));
+                }
+                let known = same_blocks.then_some(&self.hashes[..]);
                 let Some((dst_handle, cached)) =
-                    self.ranks[rank].reserve_remote(workload, h.request as usize)
+                    self.ranks[rank].reserve_remote(workload, h.request as usize, known)
                 else {
                     break;
                 };

@@ -167,7 +167,9 @@ impl Scheduler {
         }
     }
 
-    fn new_seq(&mut self, workload: &Workload, i: usize) -> u32 {
+    /// A sequence for request `i`; its prompt block identities are `hashes` when the caller has
+    /// them already (they depend only on the request and the block size), else computed.
+    fn new_seq(&mut self, workload: &Workload, i: usize, hashes: Option<&[u64]>) -> u32 {
         let id = match self.spare.pop() {
             Some(id) => id,
             None => {
@@ -188,7 +190,13 @@ impl Scheduler {
         seq.finished = false;
         seq.tier_checked = false;
         seq.last_token_ms = f64::NAN;
-        workload.block_hashes(i, self.config.block_size, &mut seq.hashes);
+        match hashes {
+            Some(h) => {
+                seq.hashes.clear();
+                seq.hashes.extend_from_slice(h);
+            }
+            None => workload.block_hashes(i, self.config.block_size, &mut seq.hashes),
+        }
         id
     }
 
@@ -202,7 +210,7 @@ impl Scheduler {
 
     /// Queue request `i` (it has passed `never_fits`).
     pub fn enqueue(&mut self, workload: &Workload, i: usize) {
-        let id = self.new_seq(workload, i);
+        let id = self.new_seq(workload, i, None);
         self.push_waiting(id, false);
     }
 
@@ -313,14 +321,20 @@ impl Scheduler {
         self.push_waiting(handle, true);
     }
 
-    /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker.
-    /// Returns (handle, prompt tokens this worker already caches), or `None` when there is no
-    /// room yet (no sequence slot or too few free blocks).
-    pub fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
+    /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker
+    /// (`hashes`: its prompt block identities at this worker's block size, if known). Returns
+    /// (handle, prompt tokens this worker already caches), or `None` when there is no room yet
+    /// (no sequence slot or too few free blocks).
+    pub fn reserve_remote(
+        &mut self,
+        workload: &Workload,
+        i: usize,
+        hashes: Option<&[u64]>,
+    ) -> Option<(u32, u32)> {
         if self.running.len() + self.receiving as usize >= self.config.max_num_seqs as usize {
             return None;
         }
-        let id = self.new_seq(workload, i);
+        let id = self.new_seq(workload, i, hashes);
         let seq = &self.seqs[id as usize];
         let hit = self.cache.lookup(&seq.hashes);
         let need = self.new_blocks(seq.prompt, hit.blocks);

@@ -251,10 +251,11 @@ MALFORMED_JSONL = {
     "hash_ids not a list": (json.dumps(row(hash_ids=7)), 2, ["field 'hash_ids'", "got 7"]),
     "negative timestamp": (json.dumps(row(timestamp=-1)), 2, ["field 'timestamp'", "got -1"]),
     "string timestamp": (json.dumps(row(timestamp="5")), 2, ["field 'timestamp'", 'got "5"']),
+    # NaN and Infinity are not JSON: the Rust core's serde_json turns them down.
     "NaN timestamp": (
         '{"timestamp": NaN, "input_length": 1, "output_length": 1, "hash_ids": [1]}',
         2,
-        ["field 'timestamp'", "got NaN"],
+        ["invalid JSON (expected value at column 15)", '"timestamp": NaN'],
     ),
     "blank lines still count": ("\n\n" + json.dumps(row(input_length=-7)), 4, ["got -7"]),
     "float session_id": (
@@ -279,13 +280,13 @@ MALFORMED_JSONL = {
         '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1], '
         '"session_id": 3, "delay_ms": NaN}',
         2,
-        ["field 'delay_ms'", "got NaN"],
+        ["invalid JSON (expected value at column 103)"],
     ),
     "infinite delay": (
         '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1], '
         '"session_id": 3, "delay": Infinity}',
         2,
-        ["field 'delay'", "got Infinity"],
+        ["invalid JSON (expected value at column 100)"],
     ),
     "delay without session": (
         json.dumps(row(delay_ms=250)),

@@ -48,6 +48,19 @@ def replay(
     ``dynosim.errors``.
     """
 
+def parse_mooncake(data: bytes, path: str, trace_block_size: int) -> dict[str, Any]:
+    """Parse and check a Mooncake JSONL trace's bytes (``path`` only names it in messages).
+
+    ``trace_block_size`` is prompt tokens per hash id. Rows come in file order, not sorted
+    and not shifted: ``timestamp_ms`` (float64, ms as given), ``input_length`` and
+    ``output_length`` (uint32, tokens), ``hash_offsets`` (uint64, rows + 1) and ``hash_ids``
+    (uint64) in CSR layout, ``line`` (uint64, the row's line in the file from 1),
+    ``session`` (int64, index into ``session_keys`` numbered in order of first appearance in
+    the file, -1: none), ``delay_ms`` (float64, ms, NaN: none) and ``session_keys`` (list of
+    the int or str ``session_id`` of each session). A bad file raises WorkloadError naming
+    file, line, field and value.
+    """
+
 def max_min_rates(
     flows: list[list[int]], capacities: list[float], caps: list[float] | None = None
 ) -> npt.NDArray[np.float64]:

@@ -39,6 +39,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from dynosim import _core
 from dynosim.errors import WorkloadError
 
 __all__ = [
@@ -55,19 +56,10 @@ __all__ = [
 ]
 
 _MAX_LENGTH = 2**32  # lengths travel as uint32
-_MAX_HASH_ID = 2**63  # hash ids must also fit an int64 on the Rust side
-_MAX_TIMESTAMP = 2**63  # bounds the value so float conversion never overflows
 _AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 # numpy's datetime parser also takes "NaT", "now", "today" and zone suffixes; allow only plain
 # wall-clock datetimes like 2023-11-16 18:15:46.6805900.
 _AZURE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?")
-_MOONCAKE_FIELDS = (
-    ("timestamp", "created_time"),
-    ("input_length", "input_tokens"),
-    ("output_length", "output_tokens"),
-    ("hash_ids", None),
-)
-_INT_ONLY = frozenset({int})
 
 
 @dataclass(frozen=True, eq=False)
@@ -745,12 +737,16 @@ def load_trace(
     return workload
 
 
+def _unreadable(path: Path, exc: OSError) -> WorkloadError:
+    return WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}")
+
+
 def _read_lines(path: Path) -> list[str]:
     try:
         # utf-8-sig drops a byte-order mark; universal newlines turn CRLF into one line break.
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}") from exc
+        raise _unreadable(path, exc) from exc
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     return text.split("\n")
@@ -776,152 +772,35 @@ def _length(where: str, key: str, value: Any) -> int:
 
 
 def _read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
-    timestamps: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    # Ids go straight into one flat list so the per-row lists die at once (fewer GC passes).
-    hash_counts: list[int] = []
-    hash_flat: list[int] = []
-    line_numbers: list[int] = []
-    # Sessions: each row's session in order of first appearance in the file (-1 for none) and
-    # its delay (NaN for none); renumbered in arrival order once the rows are sorted.
-    session_index: dict[int | str, int] = {}
-    sessions: list[int] = []
-    delays: list[float] = []
-    for lineno, line in enumerate(_read_lines(path), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(
-                f"{where}: invalid JSON ({exc.msg} at column {exc.colno}): {line[:80]!r}"
-            ) from exc
-        if not isinstance(row, dict):
-            raise WorkloadError(f"{where}: expected a JSON object, got {_shown(row)}")
-        values = []
-        for key, alias in _MOONCAKE_FIELDS:
-            if key in row and alias in row:
-                raise WorkloadError(
-                    f"{where}: field {key!r} is given twice, also as its alias {alias!r}; keep one"
-                )
-            if key in row:
-                values.append((key, row[key]))
-            elif alias in row:
-                values.append((alias, row[alias]))
-            else:
-                also = f" (or {alias!r})" if alias else ""
-                raise WorkloadError(
-                    f"{where}: field {key!r}{also} is missing; got fields {_shown(list(row))}"
-                )
-        (ts_key, ts), (in_key, input_length), (out_key, output_length), (_, ids) = values
-        if type(ts) not in (int, float) or not 0 <= ts < _MAX_TIMESTAMP:
-            raise WorkloadError(
-                f"{where}: field {ts_key!r}: expected a finite non-negative number of ms, "
-                f"got {_shown(ts)}"
-            )
-        input_length = _length(where, in_key, input_length)
-        output_length = _length(where, out_key, output_length)
-        if type(ids) is not list:
-            raise WorkloadError(
-                f"{where}: field 'hash_ids': expected a list of non-negative integers, "
-                f"got {_shown(ids)}"
-            )
-        # Whole-list checks run in C; the per-element scan only happens to report a bad id.
-        if ids and not (
-            _INT_ONLY.issuperset(map(type, ids)) and 0 <= min(ids) and max(ids) < _MAX_HASH_ID
-        ):
-            pos, bad = next(
-                (i, h) for i, h in enumerate(ids) if type(h) is not int or not 0 <= h < _MAX_HASH_ID
-            )
-            raise WorkloadError(
-                f"{where}: field 'hash_ids': expected integers in [0, 2**63), "
-                f"got {_shown(bad)} at position {pos}"
-            )
-        if len(ids) * trace_block_size < input_length:
-            raise WorkloadError(
-                f"{where}: field 'hash_ids': too few hash ids: got {len(ids)}, which cover "
-                f"{len(ids) * trace_block_size} tokens at {trace_block_size} tokens per id, "
-                f"but {in_key} is {input_length}"
-            )
-        session, delay = _session_fields(where, row)
-        sessions.append(
-            -1 if session is None else session_index.setdefault(session, len(session_index))
-        )
-        delays.append(delay)
-        timestamps.append(ts)
-        inputs.append(input_length)
-        outputs.append(output_length)
-        hash_counts.append(len(ids))
-        hash_flat.extend(ids)
-        line_numbers.append(lineno)
-    if not timestamps:
-        raise WorkloadError(f"{path}: no requests: the file has no data rows")
-
-    ts_ms = np.array(timestamps, dtype=np.float64)
-    order = _arrival_order(path, ts_ms, line_numbers)
-    ts_ms = ts_ms[order]
-    offsets, hash_ids = _csr_take(
-        np.array(hash_counts, dtype=np.int64), np.array(hash_flat, dtype=np.uint64), order
-    )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+    # The Rust core parses and checks every row (file order); sorting and sessions stay here.
+    rows = _core.parse_mooncake(data, str(path), trace_block_size)
+    line_numbers = rows["line"]
+    order = _arrival_order(path, rows["timestamp_ms"], line_numbers)
+    ts_ms = rows["timestamp_ms"][order]
+    offsets, hash_ids = _csr_take(rows["hash_offsets"], rows["hash_ids"], order)
     session_col = delay_col = None
-    if session_index:
+    if rows["session_keys"]:
         session_col, delay_col = _session_columns(
             path,
-            np.array(sessions, dtype=np.int64)[order],
-            np.array(delays, dtype=np.float64)[order],
-            np.array(line_numbers, dtype=np.int64)[order],
-            list(session_index),
+            rows["session"][order],
+            rows["delay_ms"][order],
+            line_numbers[order],
+            rows["session_keys"],
         )
     return TraceColumns(
         arrival_ms=ts_ms - ts_ms[0],
-        input_length=np.array(inputs, dtype=np.uint32)[order],
-        output_length=np.array(outputs, dtype=np.uint32)[order],
+        input_length=rows["input_length"][order],
+        output_length=rows["output_length"][order],
         hash_offsets=offsets,
         hash_ids=hash_ids,
         trace_block_size=trace_block_size,
         session=session_col,
         delay_ms=delay_col,
     )
-
-
-def _session_fields(where: str, row: dict[str, Any]) -> tuple[int | str | None, float]:
-    """A Mooncake row's ``session_id`` (None for none) and delay in ms (NaN for none).
-
-    JSON null counts as absent. Session ids are integers or strings (``1`` and ``"1"`` are two
-    sessions); a delay is a finite number of ms >= 0 and needs a session.
-    """
-    session = row.get("session_id")
-    if session is not None and type(session) is not int and type(session) is not str:
-        raise WorkloadError(
-            f"{where}: field 'session_id': expected an integer or a string, got {_shown(session)}"
-        )
-    if "delay_ms" in row:
-        if "delay" in row:
-            raise WorkloadError(
-                f"{where}: field 'delay_ms' is given twice, also as its alias 'delay'; keep one"
-            )
-        key = "delay_ms"
-    elif "delay" in row:
-        key = "delay"
-    else:
-        return session, math.nan
-    delay = row[key]
-    if delay is None:
-        return session, math.nan
-    # The comparison is False for NaN; type() keeps booleans out.
-    if type(delay) not in (int, float) or not 0 <= delay < _MAX_TIMESTAMP:
-        raise WorkloadError(
-            f"{where}: field {key!r}: expected a finite non-negative number of ms, "
-            f"got {_shown(delay)}"
-        )
-    if session is None:
-        raise WorkloadError(
-            f"{where}: field {key!r}: a delay applies between turns of a session, but the row "
-            f"has no 'session_id'; got {_shown(delay)}"
-        )
-    return session, float(delay)
 
 
 def _session_columns(
@@ -956,11 +835,11 @@ def _session_columns(
 
 
 def _csr_take(
-    counts: np.ndarray, ids: np.ndarray, order: np.ndarray
+    offsets: np.ndarray, ids: np.ndarray, order: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Reorder CSR rows (``counts[i]`` ids per row, ``ids`` concatenated) to ``order``."""
-    starts = np.cumsum(counts) - counts
-    counts = counts[order]
+    """Reorder CSR rows (row ``i`` owns ``ids[offsets[i]:offsets[i + 1]]``) to ``order``."""
+    starts = offsets.astype(np.int64)
+    counts = np.diff(starts)[order]
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     # Element j of new row r comes from starts[order[r]] + (j - offsets[r]).
@@ -1039,7 +918,9 @@ def _read_azure(path: Path, trace_block_size: int) -> TraceColumns:
     )
 
 
-def _arrival_order(path: Path, times: np.ndarray, line_numbers: list[int]) -> np.ndarray:
+def _arrival_order(
+    path: Path, times: np.ndarray, line_numbers: list[int] | np.ndarray
+) -> np.ndarray:
     """Indices putting rows in arrival order; warns when the file was not already in it."""
     late = np.zeros(len(times), dtype=bool)
     late[1:] = times[1:] < np.maximum.accumulate(times)[:-1]

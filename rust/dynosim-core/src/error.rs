@@ -18,6 +18,10 @@ pub enum SimError {
     /// The workload arrays disagree in shape.
     #[error("workload: {0}")]
     WorkloadShape(String),
+    /// A trace file is unreadable or has a bad row; the message names the file, line, field
+    /// and value.
+    #[error("{0}")]
+    Trace(String),
     /// The KV-transfer link model failed (an invariant of the allocator broke).
     #[error("KV transfer links: {0}")]
     Links(#[from] crate::links::LinkError),

@@ -8,6 +8,7 @@ pub mod error;
 pub mod event_queue;
 pub mod kv_cache;
 pub mod links;
+pub mod mooncake;
 pub mod offload;
 pub mod replay;
 pub mod report;
@@ -20,6 +21,7 @@ pub mod workload;
 
 pub use config::SimConfig;
 pub use error::{Result, SimError};
+pub use mooncake::{parse_mooncake, MooncakeRows, SessionKey};
 pub use replay::replay;
 pub use report::Report;
 pub use workload::Workload;

@@ -254,12 +254,9 @@ impl Cluster {
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &hashes[g1..]);
             let i = sched.request_of(handle);
-            // G1 hits count reuse once, as `reused_tokens` does; G2/G3 hits are blocks moved up.
-            if !sched.was_admitted(handle) {
-                records.g1_hit_blocks[i] = hit.blocks;
-            }
-            records.g2_hit_blocks[i] += k2;
-            records.g3_hit_blocks[i] += k3;
+            records.g1_hit_blocks[i] = hit.blocks;
+            records.g2_hit_blocks[i] = k2;
+            records.g3_hit_blocks[i] = k3;
             if k2 + k3 == 0 {
                 continue;
             }
@@ -459,9 +456,11 @@ impl Cluster {
     /// requests over (prefill), may start transfers (a decode worker with handoffs waiting), or,
     /// when request ends send requests, may lead to one.
     fn horizon(&mut self, w: usize, next_send: f64) -> Result<f64> {
+        // A tier flow ending reaches only the rank it onboards to (not `w`: it onboards
+        // nothing), unless that rank then hands requests over or ends one others wait for.
         let tiers = match &mut self.tiers {
-            Some(tiers) => tiers.next_finish_ms()?,
-            None => None,
+            Some(tiers) if self.num_prefill > 0 || self.ends_send => tiers.next_finish_ms()?,
+            _ => None,
         };
         let mut horizon = [Some(next_send), self.transport.next_finish_ms()?, tiers]
             .into_iter()

@@ -71,9 +71,8 @@ pub struct Records {
     pub reject_reason: Vec<u8>,
     pub preemptions: Vec<u32>,
     /// Offload tiers (empty without them): prompt blocks found at queueing in G1 (the prefix
-    /// hit), then in G2 right after it, then in G3 after those (a preempted request is looked
-    /// up again: its G2/G3 hits add up, its G1 hit stays the first); and when the latest
-    /// onboarding of G2/G3 blocks to G1 started and ended (NaN: no onboarding).
+    /// hit), then in G2 right after it, then in G3 after those; and when onboarding the G2/G3
+    /// blocks to G1 started and ended (NaN: no onboarding).
     pub g1_hit_blocks: Vec<u32>,
     pub g2_hit_blocks: Vec<u32>,
     pub g3_hit_blocks: Vec<u32>,

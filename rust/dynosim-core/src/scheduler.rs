@@ -34,8 +34,8 @@ struct Seq {
     pass_tokens: u32,
     admitted_once: bool,
     finished: bool,
-    /// Offload tiers: looked up in G2/G3 since it was queued (again after a preemption: the
-    /// blocks it released may have moved down to G2/G3 meanwhile).
+    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
+    /// from what G1 still holds).
     tier_checked: bool,
     last_token_ms: f64,
 }
@@ -247,11 +247,6 @@ impl Scheduler {
     /// first) to the end of `out`.
     pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
         self.cache.drain_evicted_into(out);
-    }
-
-    /// Whether request `handle` was ever admitted (it runs again after a preemption).
-    pub fn was_admitted(&self, handle: u32) -> bool {
-        self.seqs[handle as usize].admitted_once
     }
 
     /// The workload row of request `handle`.
@@ -631,7 +626,6 @@ impl Scheduler {
         seq.named = 0;
         seq.computed = 0;
         seq.prefilling = true;
-        seq.tier_checked = false;
         records.preemptions[seq.request as usize] += 1;
         self.preemptions += 1;
         self.push_waiting(id, true);

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
-use dynosim_core::{SimConfig, SimError, Workload};
+use dynosim_core::{
+    parse_mooncake as parse_mooncake_rows, SessionKey, SimConfig, SimError, Workload,
+};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyInt, PyList};
 
 /// Raise `dynosim.errors.<class_name>(message)`, the one exception hierarchy of the package.
 fn raise(py: Python<'_>, class_name: &str, message: String) -> PyErr {
@@ -30,7 +32,9 @@ fn raise(py: Python<'_>, class_name: &str, message: String) -> PyErr {
 fn to_py_err(py: Python<'_>, err: SimError) -> PyErr {
     let class = match err {
         SimError::Config { .. } | SimError::ConfigFormat(_) => "ConfigError",
-        SimError::Workload { .. } | SimError::WorkloadShape(_) => "WorkloadError",
+        SimError::Workload { .. } | SimError::WorkloadShape(_) | SimError::Trace(_) => {
+            "WorkloadError"
+        }
         SimError::Internal(_) | SimError::Links(_) => "SimulationError",
     };
     raise(py, class, err.to_string())
@@ -91,6 +95,37 @@ fn max_min_rates<'py>(
     links::max_min_rates(&flows, &capacities, caps.as_deref())
         .map(|rates| rates.into_pyarray(py))
         .map_err(|e| raise(py, "ConfigError", e.to_string()))
+}
+
+/// Parse a Mooncake JSONL trace's bytes into columns in file order; see `_core.pyi`.
+#[pyfunction]
+fn parse_mooncake<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    path: &str,
+    trace_block_size: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let rows = py
+        .detach(|| parse_mooncake_rows(data, path, trace_block_size))
+        .map_err(|e| to_py_err(py, e))?;
+    let keys = PyList::empty(py);
+    for key in &rows.session_keys {
+        match key {
+            SessionKey::Int(digits) => keys.append(py.get_type::<PyInt>().call1((digits,))?)?,
+            SessionKey::Str(text) => keys.append(text)?,
+        }
+    }
+    let out = PyDict::new(py);
+    out.set_item("timestamp_ms", rows.timestamp_ms.into_pyarray(py))?;
+    out.set_item("input_length", rows.input_length.into_pyarray(py))?;
+    out.set_item("output_length", rows.output_length.into_pyarray(py))?;
+    out.set_item("hash_offsets", rows.hash_offsets.into_pyarray(py))?;
+    out.set_item("hash_ids", rows.hash_ids.into_pyarray(py))?;
+    out.set_item("line", rows.line.into_pyarray(py))?;
+    out.set_item("session", rows.session.into_pyarray(py))?;
+    out.set_item("delay_ms", rows.delay_ms.into_pyarray(py))?;
+    out.set_item("session_keys", keys)?;
+    Ok(out)
 }
 
 /// Replay a columnar workload; see `dynosim.replay` for the public API.
@@ -207,5 +242,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reject_reason_names, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(max_min_rates, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_mooncake, m)?)?;
     Ok(())
 }

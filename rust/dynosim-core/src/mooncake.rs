@@ -1,0 +1,1085 @@
+//! Mooncake JSONL traces: one JSON object per line with `timestamp` (ms), `input_length`,
+//! `output_length` and `hash_ids`, optionally `session_id` and `delay_ms`.
+//!
+//! [`parse_mooncake`] turns a file's bytes into per-row columns in file order and checks every
+//! row; a bad file gets the message `dynosim.workload` gave when it parsed in Python: file,
+//! line, field and the value as `json.dumps` shows it, cut to 80 characters. Rows are read with
+//! serde_json: each line straight into the fields it needs, its hash ids onto the id column,
+//! and only a line that fails that is read again as a [`Value`] to say what is wrong. Sorting
+//! rows by timestamp and renumbering sessions in arrival order are left to the caller.
+//!
+//! Where this reads JSON unlike Python's `json` module:
+//! - `NaN`, `Infinity`, numbers beyond f64 (`1e400`), lone surrogate escapes (`"\ud800"`) and
+//!   values nested over 128 deep are invalid JSON, reported with serde_json's message and the
+//!   column in characters. The last three are only skipped in a field that is not used, so a
+//!   good row with no escapes in its keys gets through, as in Python.
+//! - `-0` and integers beyond 64 bits read as floats, so they are no token count, hash id or
+//!   session id, and are shown as floats (`-0.0`, `1e+30`).
+//! - Of duplicate keys the last wins (`hash_ids` too), as in Python.
+//! - The line shown for invalid JSON escapes the characters Rust deems unprintable, which are
+//!   nearly Python's; a float shown may differ in the last digit where two shortest forms tie.
+
+use std::fmt::{self, Write as _};
+
+use rustc_hash::FxHashMap;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserializer;
+use serde_json::Value;
+
+use crate::error::{Result, SimError};
+
+/// Hash ids, timestamps and delays are below 2**63 (ids must fit an i64 in the replay).
+const BELOW_2_63: u64 = 1 << 63;
+/// Values in messages are cut to this many characters (77 and "..." when longer).
+const SHOWN_MAX: usize = 80;
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// The rows of a Mooncake trace in file order, as given (not shifted, not sorted).
+#[derive(Debug, Clone, Default)]
+pub struct MooncakeRows {
+    /// `timestamp` (alias `created_time`) of each row, ms.
+    pub timestamp_ms: Vec<f64>,
+    /// `input_length` (alias `input_tokens`) of each row, tokens.
+    pub input_length: Vec<u32>,
+    /// `output_length` (alias `output_tokens`) of each row, tokens.
+    pub output_length: Vec<u32>,
+    /// Row `i` owns `hash_ids[hash_offsets[i]..hash_offsets[i + 1]]`.
+    pub hash_offsets: Vec<u64>,
+    pub hash_ids: Vec<u64>,
+    /// Line of each row in the file, counting from 1 (blank lines count).
+    pub line: Vec<u64>,
+    /// Index of each row's session in `session_keys` (sessions numbered in order of first
+    /// appearance in the file), -1 for a row without one.
+    pub session: Vec<i64>,
+    /// `delay_ms` (alias `delay`) of each row, ms; NaN where none was given.
+    pub delay_ms: Vec<f64>,
+    /// The `session_id` of each session.
+    pub session_keys: Vec<SessionKey>,
+}
+
+/// A `session_id`: `1` and `"1"` are different sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SessionKey {
+    /// A 64-bit integer, as its decimal digits.
+    Int(String),
+    Str(String),
+}
+
+/// Parse and check the Mooncake trace `data` read from `path` (named in messages), with
+/// `trace_block_size` prompt tokens per hash id.
+///
+/// The text is UTF-8 (a leading byte-order mark is dropped); `\n`, `\r\n` and `\r` end a line
+/// and blank lines are skipped. An error names the file and line and is a [`SimError::Trace`].
+pub fn parse_mooncake(data: &[u8], path: &str, trace_block_size: u64) -> Result<MooncakeRows> {
+    let text = utf8_text(data, path)?;
+    let mut rows = MooncakeRows {
+        hash_offsets: vec![0],
+        ..MooncakeRows::default()
+    };
+    let mut sessions: FxHashMap<SessionKey, i64> = FxHashMap::default();
+    for (lineno, line) in lines(text) {
+        if is_blank(line) {
+            continue;
+        }
+        let row = parse_row(line, trace_block_size, &mut rows.hash_ids)
+            .map_err(|message| SimError::Trace(format!("{path}:{lineno}: {message}")))?;
+        rows.timestamp_ms.push(row.timestamp_ms);
+        rows.input_length.push(row.input_length);
+        rows.output_length.push(row.output_length);
+        rows.hash_offsets.push(rows.hash_ids.len() as u64);
+        rows.line.push(lineno);
+        rows.delay_ms.push(row.delay_ms);
+        let session = row.session.map_or(-1, |key| {
+            let next = sessions.len() as i64;
+            *sessions.entry(key).or_insert_with_key(|key| {
+                rows.session_keys.push(key.clone());
+                next
+            })
+        });
+        rows.session.push(session);
+    }
+    if rows.line.is_empty() {
+        return Err(SimError::Trace(format!(
+            "{path}: no requests: the file has no data rows"
+        )));
+    }
+    Ok(rows)
+}
+
+/// The text as Python's `utf-8-sig` codec reads it: it drops one byte-order mark, reads a file
+/// that is only the start of one as empty, and counts the bad byte from after the mark.
+fn utf8_text<'a>(data: &'a [u8], path: &str) -> Result<&'a str> {
+    let body = match data.strip_prefix(UTF8_BOM) {
+        Some(rest) => rest,
+        None if UTF8_BOM.starts_with(data) => &[],
+        None => data,
+    };
+    std::str::from_utf8(body)
+        .map_err(|e| SimError::Trace(format!("{path}: not UTF-8 text (byte {})", e.valid_up_to())))
+}
+
+/// The lines of `text` with their numbers from 1, split as Python's universal newlines do.
+fn lines(text: &str) -> impl Iterator<Item = (u64, &str)> {
+    let bytes = text.as_bytes();
+    let mut start = Some(0);
+    let mut lineno = 0;
+    std::iter::from_fn(move || {
+        let from = start?;
+        let end = memchr::memchr2(b'\n', b'\r', &bytes[from..]).map_or(bytes.len(), |p| from + p);
+        start = match bytes.get(end) {
+            None => None,
+            Some(b'\r') if bytes.get(end + 1) == Some(&b'\n') => Some(end + 2),
+            Some(_) => Some(end + 1),
+        };
+        lineno += 1;
+        // Line breaks are ASCII, so both ends are character boundaries.
+        Some((lineno, &text[from..end]))
+    })
+}
+
+/// Python's `not line.strip()`: its whitespace is Unicode's plus the separators U+001C-U+001F.
+fn is_blank(line: &str) -> bool {
+    line.chars()
+        .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+// Fields of a row, by index into FIELDS.
+const TIMESTAMP: usize = 0;
+const INPUT: usize = 2;
+const OUTPUT: usize = 4;
+const HASH_IDS: usize = 6;
+const SESSION_ID: usize = 7;
+const DELAY_MS: usize = 8;
+/// Each field with an alias is followed by it.
+const FIELDS: [&str; 10] = [
+    "timestamp",
+    "created_time",
+    "input_length",
+    "input_tokens",
+    "output_length",
+    "output_tokens",
+    "hash_ids",
+    "session_id",
+    "delay_ms",
+    "delay",
+];
+
+/// A result whose error is a message about a row, lacking only "path:line: ".
+type Checked<T> = std::result::Result<T, String>;
+
+struct Row {
+    timestamp_ms: f64,
+    input_length: u32,
+    output_length: u32,
+    session: Option<SessionKey>,
+    delay_ms: f64,
+}
+
+/// The fields a row object has, read but not checked.
+#[derive(Default)]
+struct Fields {
+    /// The value of each field in FIELDS but `hash_ids`.
+    values: [Option<Value>; FIELDS.len()],
+    /// Whether `hash_ids` is given and if so, whether its ids went onto the id column or why
+    /// not.
+    ids: Option<Checked<()>>,
+}
+
+/// One non-blank line; its hash ids go onto `ids`.
+fn parse_row(line: &str, trace_block_size: u64, ids: &mut Vec<u64>) -> Checked<Row> {
+    let first_id = ids.len();
+    let mut fields = Fields::default();
+    let mut reader = serde_json::Deserializer::from_str(line);
+    let fast = reader.deserialize_map(RowVisitor(ids, &mut fields));
+    if fast.and_then(|()| reader.end()).is_ok() {
+        if let Ok(row) = check(&mut fields, ids.len() - first_id, trace_block_size, "") {
+            return Ok(row);
+        }
+    }
+
+    // Read the line again, as a whole, to say what is wrong with it.
+    let row = serde_json::from_str(line).map_err(|e| invalid_json(line, &e))?;
+    let Value::Object(row) = row else {
+        return Err(format!("expected a JSON object, got {}", shown(&row)));
+    };
+    let keys = shown(&row.keys().map(|key| key.as_str()).collect());
+    fields = Fields::default();
+    ids.truncate(first_id);
+    for (key, value) in row {
+        match FIELDS.iter().position(|f| *f == key) {
+            Some(HASH_IDS) => fields.ids = Some(read_ids(&value, ids)),
+            Some(field) => fields.values[field] = Some(value),
+            None => {}
+        }
+    }
+    check(&mut fields, ids.len() - first_id, trace_block_size, &keys)
+}
+
+/// Check a row's fields, whose `count` hash ids are on the id column; `keys` shows the row's
+/// keys, for a missing field.
+fn check(fields: &mut Fields, count: usize, trace_block_size: u64, keys: &str) -> Checked<Row> {
+    let missing = |key: usize, alias: Option<usize>| {
+        let alias = alias.map_or(String::new(), |a| format!(" (or '{}')", FIELDS[a]));
+        format!(
+            "field '{}'{alias} is missing; got fields {keys}",
+            FIELDS[key]
+        )
+    };
+    let values = &mut fields.values;
+    let mut required = |key| given(values, key)?.ok_or_else(|| missing(key, Some(key + 1)));
+    let (ts_key, ts) = required(TIMESTAMP)?;
+    let (in_key, input) = required(INPUT)?;
+    let (out_key, output) = required(OUTPUT)?;
+    let hash_ids = fields.ids.take().ok_or_else(|| missing(HASH_IDS, None))?;
+
+    let timestamp_ms = ms(ts_key, &ts)?;
+    let input_length = length(in_key, &input)?;
+    let output_length = length(out_key, &output)?;
+    hash_ids?;
+    let covered = count as u128 * u128::from(trace_block_size);
+    if covered < u128::from(input_length) {
+        return Err(format!(
+            "field 'hash_ids': too few hash ids: got {count}, which cover {covered} tokens at \
+             {trace_block_size} tokens per id, but {in_key} is {input_length}"
+        ));
+    }
+
+    // JSON null counts as absent.
+    let session = match fields.values[SESSION_ID].take() {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(SessionKey::Str(s)),
+        Some(Value::Number(n)) if !n.is_f64() => Some(SessionKey::Int(n.to_string())),
+        Some(other) => return Err(expected("session_id", "an integer or a string", &other)),
+    };
+    let delay_ms = match given(&mut fields.values, DELAY_MS)? {
+        None | Some((_, Value::Null)) => f64::NAN,
+        Some((key, delay)) if session.is_some() => ms(key, &delay)?,
+        Some((key, delay)) => {
+            ms(key, &delay)?;
+            return Err(format!(
+                "field '{key}': a delay applies between turns of a session, but the row has \
+                 no 'session_id'; got {}",
+                shown(&delay)
+            ));
+        }
+    };
+    Ok(Row {
+        timestamp_ms,
+        input_length,
+        output_length,
+        session,
+        delay_ms,
+    })
+}
+
+/// The field `key` or its alias, whichever is given, with the name it is given under.
+fn given(
+    values: &mut [Option<Value>; FIELDS.len()],
+    key: usize,
+) -> Checked<Option<(&'static str, Value)>> {
+    match (values[key].take(), values[key + 1].take()) {
+        (Some(_), Some(_)) => Err(format!(
+            "field '{}' is given twice, also as its alias '{}'; keep one",
+            FIELDS[key],
+            FIELDS[key + 1]
+        )),
+        (Some(value), None) => Ok(Some((FIELDS[key], value))),
+        (None, value) => Ok(value.map(|value| (FIELDS[key + 1], value))),
+    }
+}
+
+/// A timestamp or delay: an integer or float (not a bool) in [0, 2**63), as ms.
+fn ms(key: &str, value: &Value) -> Checked<f64> {
+    let ms = match value {
+        Value::Number(n) => match n.as_u64() {
+            // Rounds to nearest, ties to even, like Python's float(int).
+            Some(int) => (int < BELOW_2_63).then_some(int as f64),
+            // -0.0 passes, as in Python.
+            None => n.as_f64().filter(|x| (0.0..BELOW_2_63 as f64).contains(x)),
+        },
+        _ => None,
+    };
+    ms.ok_or_else(|| expected(key, "a finite non-negative number of ms", value))
+}
+
+/// A token count: an integer (not a bool, not `12.0`) in 1..2**32.
+fn length(key: &str, value: &Value) -> Checked<u32> {
+    let n = value
+        .as_u64()
+        .ok_or_else(|| expected(key, "a non-negative integer", value))?;
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("field '{key}': expected between 1 and 2**32 - 1 tokens, got {n}"))
+}
+
+/// The `hash_ids` value onto `ids`, or the message for the first thing in it that is no id.
+fn read_ids(value: &Value, ids: &mut Vec<u64>) -> Checked<()> {
+    let Value::Array(items) = value else {
+        return Err(expected(
+            "hash_ids",
+            "a list of non-negative integers",
+            value,
+        ));
+    };
+    for (position, item) in items.iter().enumerate() {
+        let id = item.as_u64().filter(|&id| id < BELOW_2_63).ok_or_else(|| {
+            let message = expected("hash_ids", "integers in [0, 2**63)", item);
+            format!("{message} at position {position}")
+        })?;
+        ids.push(id);
+    }
+    Ok(())
+}
+
+fn expected(key: &str, what: &str, value: &Value) -> String {
+    format!("field '{key}': expected {what}, got {}", shown(value))
+}
+
+/// The first reading of a row object: a `hash_ids` straight onto the id column, the other
+/// fields it needs into [`Fields`], the rest skipped unread. It fails on escaped keys and on
+/// anything but hash ids in `hash_ids`, which the second reading then sorts out.
+struct RowVisitor<'a>(&'a mut Vec<u64>, &'a mut Fields);
+
+impl<'de> Visitor<'de> for RowVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        let RowVisitor(ids, fields) = self;
+        let first_id = ids.len();
+        while let Some(key) = map.next_key::<&str>()? {
+            match FIELDS.iter().position(|f| *f == key) {
+                Some(HASH_IDS) => {
+                    // The last of duplicate keys wins, as in a Python dict.
+                    ids.truncate(first_id);
+                    map.next_value_seed(IdsSeed(ids))?;
+                    fields.ids = Some(Ok(()));
+                }
+                Some(field) => fields.values[field] = Some(map.next_value()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Appends a list of integers in [0, 2**63) to the id column; fails on anything else.
+struct IdsSeed<'a>(&'a mut Vec<u64>);
+
+impl<'de> DeserializeSeed<'de> for IdsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of hash ids")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while let Some(id) = seq.next_element::<u64>()? {
+            if id >= BELOW_2_63 {
+                return Err(de::Error::custom("hash id out of range"));
+            }
+            self.0.push(id);
+        }
+        Ok(())
+    }
+}
+
+// Showing values in messages as Python's `_shown(value)` did: `json.dumps(value)` (ASCII only,
+// `", "` and `": "` separators) cut to 80 characters.
+
+fn shown(value: &Value) -> String {
+    let mut out = String::new();
+    render(value, &mut out);
+    if out.len() > SHOWN_MAX {
+        // ASCII only, so any index is a character boundary.
+        out.truncate(SHOWN_MAX - 3);
+        out.push_str("...");
+    }
+    out
+}
+
+/// Append `json.dumps(value)`, stopping soon after the cut.
+fn render(value: &Value, out: &mut String) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            // Python's repr(float) has the digits and layout of Rust's Debug, but writes the
+            // exponent as `e+16`, `e-05`.
+            let text = format!("{:?}", n.as_f64().unwrap_or_default());
+            let (digits, exp) = text.split_once('e').unwrap_or((&text, ""));
+            out.push_str(digits);
+            if let Ok(exp) = exp.parse::<i32>() {
+                let _ = write!(out, "e{exp:+03}");
+            }
+        }
+        Value::String(s) => render_str(s, out),
+        Value::Array(items) => join(out, '[', items, ']', render),
+        Value::Object(map) => join(out, '{', map, '}', |(key, value), out| {
+            render_str(key, out);
+            out.push_str(": ");
+            render(value, out);
+        }),
+        // null, true, false and integers as serde_json writes them.
+        _ => {
+            let _ = write!(out, "{value}");
+        }
+    }
+}
+
+/// `open`, the items (each written by `one`) separated by ", ", then `close`; stops once past
+/// the cut.
+fn join<T>(
+    out: &mut String,
+    open: char,
+    items: impl IntoIterator<Item = T>,
+    close: char,
+    one: impl Fn(T, &mut String),
+) {
+    out.push(open);
+    for (n, item) in items.into_iter().enumerate() {
+        if out.len() > SHOWN_MAX {
+            return;
+        }
+        if n > 0 {
+            out.push_str(", ");
+        }
+        one(item, out);
+    }
+    out.push(close);
+}
+
+/// A string as `json.dumps` writes it: serde_json's escapes, and non-ASCII and DEL escaped too.
+fn render_str(text: &str, out: &mut String) {
+    let json = Value::from(text).to_string();
+    for c in json.chars() {
+        if c.is_ascii() && c != '\u{7f}' {
+            out.push(c);
+        } else {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+}
+
+/// The message for a line that is not JSON: serde_json's, with the column counted in
+/// characters as Python did, and the start of the line as Python's `repr` shows it.
+fn invalid_json(line: &str, e: &serde_json::Error) -> String {
+    // serde_json saw only this line: its position is "line 1 column N", N counting bytes.
+    let message = e.to_string();
+    let message = message
+        .rsplit_once(" at line ")
+        .map_or(&*message, |(m, _)| m);
+    let read = &line.as_bytes()[..e.column().min(line.len())];
+    let column = read.iter().filter(|&&b| b & 0xc0 != 0x80).count();
+    let head = line
+        .char_indices()
+        .nth(SHOWN_MAX)
+        .map_or(line, |(i, _)| &line[..i]);
+    // Python quotes with ', or with " if that saves escapes.
+    let quote = ['\'', '"'][usize::from(head.contains('\'') && !head.contains('"'))];
+    let mut shown = String::from(quote);
+    for c in head.chars() {
+        let code = u32::from(c);
+        let _ = match c {
+            '\t' => write!(shown, "\\t"),
+            _ if c == quote || c == '\\' => write!(shown, "\\{c}"),
+            // Rust's printable characters are nearly Python's; it escapes quotes, Python not.
+            '\'' | '"' => write!(shown, "{c}"),
+            _ if c.escape_debug().eq([c]) => write!(shown, "{c}"),
+            '\0'..='\u{ff}' => write!(shown, "\\x{code:02x}"),
+            '\u{100}'..='\u{ffff}' => write!(shown, "\\u{code:04x}"),
+            _ => write!(shown, "\\U{code:08x}"),
+        };
+    }
+    shown.push(quote);
+    format!("invalid JSON ({message} at column {column}): {shown}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ROW: &str =
+        r#"{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}"#;
+
+    fn parse(text: &str) -> Result<MooncakeRows> {
+        parse_mooncake(text.as_bytes(), "t.jsonl", 512)
+    }
+
+    /// The message for a file whose second line is `line` (the first is a good row).
+    fn error(line: &str) -> String {
+        match parse(&format!("{ROW}\n{line}\n{ROW}\n")) {
+            Ok(_) => panic!("accepted {line}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A good row with `fields` (JSON members) replacing or adding to the defaults.
+    fn row_with(fields: &str) -> String {
+        format!(
+            r#"{{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], {fields}}}"#
+        )
+    }
+
+    #[test]
+    fn a_valid_file_with_sessions_crlf_bom_and_blank_lines() {
+        let text = concat!(
+            "\u{feff}",
+            r#"{"timestamp": 5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], "session_id": "chat"}"#,
+            "\r\n\r\n \t\u{3000}\u{1c}\r",
+            r#"{"created_time": 2.5, "input_tokens": 1, "output_tokens": 7, "hash_ids": [9], "extra": [null, -1e300, 123456789012345678901234567890, {"a": 1, "a": 2}]}"#,
+            "\r",
+            r#"{"timestamp": 7, "input_length": 512, "output_length": 1, "hash_ids": [3], "session_id": 1, "delay": null}"#,
+            "\n",
+            r#"{"timestamp": 9, "input_length": 1024, "output_length": 2, "hash_ids": [1, 4], "session_id": "chat", "delay_ms": 250}"#,
+            "\n",
+            r#"{"timestamp": 1e1, "input_length": 1, "output_length": 3, "hash_ids": [-0, 9223372036854775807], "session_id": "1", "hash_ids": [0]}"#,
+            "\n",
+            r#"{"timestamp": 11, "input_length": 1, "output_length": 4, "hash_ids": [5], "session_id": -18, "delay_ms": 7}"#,
+            "\n\n",
+        );
+        let rows = parse(text).unwrap();
+        assert_eq!(rows.timestamp_ms, [5.0, 2.5, 7.0, 9.0, 10.0, 11.0]);
+        assert_eq!(rows.input_length, [600, 1, 512, 1024, 1, 1]);
+        assert_eq!(rows.output_length, [5, 7, 1, 2, 3, 4]);
+        // The last of duplicate keys wins.
+        assert_eq!(rows.hash_offsets, [0, 2, 3, 4, 6, 7, 8]);
+        assert_eq!(rows.hash_ids, [1, 2, 9, 3, 1, 4, 0, 5]);
+        // A lone \r ends a line, \r\n is one line break, blank lines count.
+        assert_eq!(rows.line, [1, 4, 5, 6, 7, 8]);
+        assert_eq!(rows.session, [0, -1, 1, 0, 2, 3]);
+        assert_eq!(
+            rows.session_keys,
+            [
+                SessionKey::Str("chat".into()),
+                SessionKey::Int("1".into()),
+                SessionKey::Str("1".into()),
+                SessionKey::Int("-18".into()),
+            ]
+        );
+        let delays: Vec<String> = rows.delay_ms.iter().map(|d| d.to_string()).collect();
+        assert_eq!(delays, ["NaN", "NaN", "NaN", "250", "NaN", "7"]);
+    }
+
+    #[test]
+    fn the_first_and_second_readings_agree() {
+        for ids in [
+            "[0]",
+            "[ 7 ,8 ]",
+            "[123456789012345678]",
+            "[9223372036854775807, 0]",
+        ] {
+            // A bad `hash_ids` before the good one fails the first reading, not the row.
+            let read = |fields: &str| {
+                let text = format!(
+                    r#"{{"timestamp": 0, "input_length": 1, "output_length": 1, {fields}, "timestamp": 2}}"#
+                );
+                let rows = parse_mooncake(text.as_bytes(), "t.jsonl", u64::MAX).unwrap();
+                (rows.hash_ids, rows.timestamp_ms)
+            };
+            let first = read(&format!(r#""hash_ids": {ids}"#));
+            assert_eq!(
+                first,
+                read(&format!(r#""hash_ids": [1.5], "hash_ids": {ids}"#))
+            );
+            let want: Vec<u64> = ids
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .map(|t| t.trim().parse().unwrap())
+                .collect();
+            assert_eq!(first, (want, vec![2.0]), "{ids}");
+        }
+    }
+
+    #[test]
+    fn session_strings_decode_escapes() {
+        let text = [
+            row_with(r#""session_id": "\u00e9\ud83d\ude00\n""#),
+            row_with(r#""session_id": "é😀\n""#),
+        ]
+        .join("\n");
+        let rows = parse(&text).unwrap();
+        assert_eq!(rows.session, [0, 0]);
+        assert_eq!(rows.session_keys, [SessionKey::Str("é😀\n".into())]);
+    }
+
+    #[test]
+    fn escaped_keys_name_fields() {
+        let rows = parse(
+            r#"{"time\u0073tamp": 3, "input_length": 1, "output_length": 1, "hash_ids": [1]}"#,
+        )
+        .unwrap();
+        assert_eq!(rows.timestamp_ms, [3.0]);
+    }
+
+    #[test]
+    fn text_errors() {
+        let bad = |data: &[u8]| {
+            parse_mooncake(data, "t.jsonl", 512)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(bad(b"ab\xffcd"), "t.jsonl: not UTF-8 text (byte 2)");
+        // Python counts from after the byte-order mark.
+        assert_eq!(
+            bad(b"\xef\xbb\xbfab\xe2\x82"),
+            "t.jsonl: not UTF-8 text (byte 2)"
+        );
+        for empty in [
+            &b""[..],
+            b"\n \n\t\r\n",
+            b"\xef\xbb\xbf",
+            b"\xef\xbb",
+            b"\xef",
+        ] {
+            assert_eq!(
+                bad(empty),
+                "t.jsonl: no requests: the file has no data rows"
+            );
+        }
+    }
+
+    #[test]
+    fn json_syntax_errors_name_the_line_column_and_text() {
+        let cases = [
+            (
+                r#"{"timestamp": 1, "input_length": 600"#,
+                "EOF while parsing an object at column 36",
+            ),
+            (r#"{"a": }"#, "expected value at column 7"),
+            ("[1,]", "trailing comma at column 4"),
+            (r#"{"a": 1,}"#, "trailing comma at column 9"),
+            (r#"{"a" 1}"#, "expected `:` at column 6"),
+            (r#"{"a": "b}"#, "EOF while parsing a string at column 9"),
+            (
+                "{\"a\": \"\u{1}\"}",
+                "control character (\\u0000-\\u001F) found while parsing a string at column 8",
+            ),
+            (r#"{"a": "\x"}"#, "invalid escape at column 9"),
+            (r#"{"a": "\u12G4"}"#, "invalid escape at column 13"),
+            (r#"{"a": 1} x"#, "trailing characters at column 10"),
+            // Columns count characters, not bytes.
+            ("{\"é\": tru}", "expected ident at column 10"),
+            ("\u{feff}{}", "expected value at column 1"),
+            ("nan", "expected ident at column 2"),
+            ("1.", "EOF while parsing a value at column 2"),
+            ("-", "EOF while parsing a value at column 1"),
+        ];
+        for (line, what) in cases {
+            let message = error(line);
+            assert!(
+                message.starts_with(&format!("t.jsonl:2: invalid JSON ({what}): ")),
+                "{message}"
+            );
+        }
+        assert_eq!(
+            error(r#"{"a": 'x'}"#),
+            r#"t.jsonl:2: invalid JSON (expected value at column 7): '{"a": \'x\'}'"#
+        );
+        assert_eq!(
+            error("{'a'}"),
+            r#"t.jsonl:2: invalid JSON (key must be a string at column 2): "{'a'}""#
+        );
+        let long = format!("{{\"a\": \"\t\u{7f}\u{a0}é{}", "x".repeat(100));
+        assert_eq!(
+            error(&long),
+            format!(
+                "t.jsonl:2: invalid JSON (control character (\\u0000-\\u001F) found while parsing a string at column 8): '{{\"a\": \"\\t\\x7f\\xa0é{}'",
+                "x".repeat(69)
+            )
+        );
+    }
+
+    /// What serde_json turns down although Python's `json` reads it.
+    #[test]
+    fn serde_json_rejects_what_python_extends_json_with() {
+        for (line, what) in [
+            (row_with(r#""extra": NaN"#), "expected value at column 88"),
+            (
+                row_with(r#""extra": -Infinity"#),
+                "invalid number at column 89",
+            ),
+            (
+                row_with(r#""session_id": 1, "delay": 1e400"#),
+                "number out of range at column 109",
+            ),
+            (
+                row_with(r#""session_id": "\ud800""#),
+                "unexpected end of hex escape at column 100",
+            ),
+        ] {
+            let message = error(&line);
+            assert!(
+                message.starts_with(&format!("t.jsonl:2: invalid JSON ({what}): ")),
+                "{message}"
+            );
+        }
+        // In a field that is not used they are skipped unread, as Python read them.
+        assert!(parse(&row_with(r#""extra": [1e400, "\ud800"]"#)).is_ok());
+    }
+
+    #[test]
+    fn rows_must_be_objects() {
+        assert_eq!(
+            error("[1, 2]"),
+            "t.jsonl:2: expected a JSON object, got [1, 2]"
+        );
+        assert_eq!(
+            error(r#" "abc" "#),
+            r#"t.jsonl:2: expected a JSON object, got "abc""#
+        );
+        assert_eq!(error("12.0"), "t.jsonl:2: expected a JSON object, got 12.0");
+        assert_eq!(error("null"), "t.jsonl:2: expected a JSON object, got null");
+    }
+
+    #[test]
+    fn fields_and_aliases() {
+        assert_eq!(
+            error(&row_with(r#""input_tokens": 600"#)),
+            "t.jsonl:2: field 'input_length' is given twice, also as its alias 'input_tokens'; keep one"
+        );
+        assert_eq!(
+            error(r#"{"timestamp": 1, "input_length": 600, "hash_ids": [1, 2], "timestamp": 2}"#),
+            r#"t.jsonl:2: field 'output_length' (or 'output_tokens') is missing; got fields ["timestamp", "input_length", "hash_ids"]"#
+        );
+        assert_eq!(
+            error(r#"{"timestamp": 1, "input_length": 600, "output_length": 5}"#),
+            r#"t.jsonl:2: field 'hash_ids' is missing; got fields ["timestamp", "input_length", "output_length"]"#
+        );
+        assert_eq!(
+            error(
+                r#"{"a\u00e9": 1, "input_length": 600, "output_length": 5, "hash_ids": [], "a_rather_long_name_to_cut": 1}"#
+            ),
+            r#"t.jsonl:2: field 'timestamp' (or 'created_time') is missing; got fields ["a\u00e9", "input_length", "output_length", "hash_ids", "a_rather_long_name_..."#
+        );
+    }
+
+    #[test]
+    fn timestamps() {
+        let ts = |v: &str| {
+            error(&format!(
+                r#"{{"timestamp": {v}, "input_length": 1, "output_length": 1, "hash_ids": [1]}}"#
+            ))
+        };
+        let want = |v: &str| {
+            format!("t.jsonl:2: field 'timestamp': expected a finite non-negative number of ms, got {v}")
+        };
+        for (v, shown) in [
+            ("-1", "-1"),
+            ("-0.5", "-0.5"),
+            (r#""5""#, r#""5""#),
+            ("true", "true"),
+            ("null", "null"),
+            ("9223372036854775808", "9223372036854775808"),
+            ("99999999999999999999", "1e+20"),
+            ("9.3e18", "9.3e+18"),
+            ("[1]", "[1]"),
+        ] {
+            assert_eq!(ts(v), want(shown), "{v}");
+        }
+        let alias = error(
+            r#"{"created_time": -3, "input_length": 1, "output_length": 1, "hash_ids": [1]}"#,
+        );
+        assert_eq!(
+            alias,
+            "t.jsonl:2: field 'created_time': expected a finite non-negative number of ms, got -3"
+        );
+        let rows = parse(r#"{"timestamp": 9223372036854775807, "input_length": 1, "output_length": 1, "hash_ids": [1]}
+{"timestamp": -0.0, "input_length": 1, "output_length": 1, "hash_ids": [1]}
+{"timestamp": 0.1, "input_length": 1, "output_length": 1, "hash_ids": [1]}"#).unwrap();
+        assert_eq!(rows.timestamp_ms[0], 9223372036854775807.0);
+        assert!(rows.timestamp_ms[1] == 0.0 && rows.timestamp_ms[1].is_sign_negative());
+        assert_eq!(rows.timestamp_ms[2], 0.1);
+    }
+
+    #[test]
+    fn lengths() {
+        let non_negative = |key: &str, v: &str| {
+            format!("t.jsonl:2: field '{key}': expected a non-negative integer, got {v}")
+        };
+        let between = |key: &str, v: &str| {
+            format!("t.jsonl:2: field '{key}': expected between 1 and 2**32 - 1 tokens, got {v}")
+        };
+        for (field, shown) in [
+            (r#""input_length": -5"#, non_negative("input_length", "-5")),
+            (
+                r#""input_length": 12.5"#,
+                non_negative("input_length", "12.5"),
+            ),
+            (
+                r#""output_length": 12.0"#,
+                non_negative("output_length", "12.0"),
+            ),
+            (
+                r#""output_length": "12""#,
+                non_negative("output_length", r#""12""#),
+            ),
+            (
+                r#""output_length": true"#,
+                non_negative("output_length", "true"),
+            ),
+            (
+                r#""output_length": 1e2"#,
+                non_negative("output_length", "100.0"),
+            ),
+            // serde_json reads -0 as a float.
+            (
+                r#""output_length": -0"#,
+                non_negative("output_length", "-0.0"),
+            ),
+            (r#""output_length": 0"#, between("output_length", "0")),
+            (
+                r#""input_length": 4294967296"#,
+                between("input_length", "4294967296"),
+            ),
+            (
+                r#""input_length": 18446744073709551615"#,
+                between("input_length", "18446744073709551615"),
+            ),
+            // Beyond 64 bits an integer reads as a float.
+            (
+                r#""input_length": 18446744073709551616"#,
+                non_negative("input_length", "1.8446744073709552e+19"),
+            ),
+        ] {
+            assert_eq!(error(&row_with(field)), shown, "{field}");
+        }
+        assert_eq!(
+            error(r#"{"created_time": 1, "input_tokens": -3, "output_tokens": 1, "hash_ids": []}"#),
+            non_negative("input_tokens", "-3")
+        );
+        let rows = parse(&row_with(
+            r#""input_length": 1, "output_length": 4294967295"#,
+        ))
+        .unwrap();
+        assert_eq!(rows.output_length, [4294967295]);
+    }
+
+    #[test]
+    fn hash_ids() {
+        let list = |v: &str| {
+            format!(
+                "t.jsonl:2: field 'hash_ids': expected a list of non-negative integers, got {v}"
+            )
+        };
+        let element = |v: &str, at: usize| {
+            format!("t.jsonl:2: field 'hash_ids': expected integers in [0, 2**63), got {v} at position {at}")
+        };
+        for (ids, shown) in [
+            ("7", list("7")),
+            (r#"{"a": 1}"#, list(r#"{"a": 1}"#)),
+            ("[1, -1]", element("-1", 1)),
+            ("[1.5, 2]", element("1.5", 0)),
+            (
+                "[1, 2, 9223372036854775808]",
+                element("9223372036854775808", 2),
+            ),
+            ("[1, 2, true]", element("true", 2)),
+            ("[1, 2, 3.0]", element("3.0", 2)),
+            ("[-0]", element("-0.0", 0)),
+            ("[[1]]", element("[1]", 0)),
+        ] {
+            assert_eq!(
+                error(&row_with(&format!(r#""hash_ids": {ids}"#))),
+                shown,
+                "{ids}"
+            );
+        }
+        assert_eq!(
+            error(&row_with(r#""input_length": 1500"#)),
+            "t.jsonl:2: field 'hash_ids': too few hash ids: got 2, which cover 1024 tokens at 512 tokens per id, but input_length is 1500"
+        );
+        let alias = parse_mooncake(
+            br#"{"timestamp": 1, "input_tokens": 64, "output_length": 1, "hash_ids": [1, 2, 3, 4]}"#,
+            "t.jsonl",
+            8,
+        );
+        assert_eq!(
+            alias.unwrap_err().to_string(),
+            "t.jsonl:1: field 'hash_ids': too few hash ids: got 4, which cover 32 tokens at 8 tokens per id, but input_tokens is 64"
+        );
+        // The product does not overflow.
+        assert!(parse_mooncake(ROW.as_bytes(), "t.jsonl", u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn sessions_and_delays() {
+        let session = |v: &str| {
+            format!("t.jsonl:2: field 'session_id': expected an integer or a string, got {v}")
+        };
+        assert_eq!(error(&row_with(r#""session_id": 1.5"#)), session("1.5"));
+        assert_eq!(error(&row_with(r#""session_id": -0"#)), session("-0.0"));
+        assert_eq!(error(&row_with(r#""session_id": true"#)), session("true"));
+        assert_eq!(error(&row_with(r#""session_id": [1]"#)), session("[1]"));
+        let value = |key: &str, v: &str| {
+            format!(
+                "t.jsonl:2: field '{key}': expected a finite non-negative number of ms, got {v}"
+            )
+        };
+        assert_eq!(
+            error(&row_with(r#""session_id": "s", "delay": -1"#)),
+            value("delay", "-1")
+        );
+        assert_eq!(
+            error(&row_with(r#""session_id": "s", "delay_ms": "5""#)),
+            value("delay_ms", r#""5""#)
+        );
+        assert_eq!(
+            error(&row_with(r#""session_id": "s", "delay": true"#)),
+            value("delay", "true")
+        );
+        assert_eq!(
+            error(&row_with(r#""delay_ms": 250"#)),
+            "t.jsonl:2: field 'delay_ms': a delay applies between turns of a session, but the row has no 'session_id'; got 250"
+        );
+        assert_eq!(
+            error(&row_with(r#""session_id": null, "delay": 7.5"#)),
+            "t.jsonl:2: field 'delay': a delay applies between turns of a session, but the row has no 'session_id'; got 7.5"
+        );
+        assert_eq!(
+            error(&row_with(
+                r#""session_id": "s", "delay": 1, "delay_ms": null"#
+            )),
+            "t.jsonl:2: field 'delay_ms' is given twice, also as its alias 'delay'; keep one"
+        );
+        // A null delay needs no session.
+        let rows = parse(&row_with(r#""delay": null, "session_id": null"#)).unwrap();
+        assert_eq!(rows.session, [-1]);
+        assert!(rows.delay_ms[0].is_nan() && rows.session_keys.is_empty());
+    }
+
+    #[test]
+    fn values_are_shown_as_json_dumps_cut_to_80_characters() {
+        let shown_as = |v: &str| {
+            let message = error(&row_with(&format!(r#""session_id": {v}"#)));
+            message.split_once(", got ").unwrap().1.to_string()
+        };
+        // A key keeps its first place and takes its last value, as in a Python dict.
+        assert_eq!(
+            shown_as(r#"{"b":1,"a":[1,2.50,{}],"b":-1 , "c":[]}"#),
+            r#"{"b": -1, "a": [1, 2.5, {}], "c": []}"#
+        );
+        assert_eq!(
+            shown_as(r#"["é\u00e9😀\t\"\\/\u0001\u007f"]"#),
+            r#"["\u00e9\u00e9\ud83d\ude00\t\"\\/\u0001\u007f"]"#
+        );
+        assert_eq!(
+            shown_as("[1e16, 1e15, 0.0001, 0.00001, 1.5e-7, -0.0, 123456789.125]"),
+            "[1e+16, 1000000000000000.0, 0.0001, 1e-05, 1.5e-07, -0.0, 123456789.125]"
+        );
+        assert_eq!(
+            shown_as("[1e22, 5e-324, -1.7976931348623157e308]"),
+            "[1e+22, 5e-324, -1.7976931348623157e+308]"
+        );
+        let long = format!("[{}]", ["1234567"; 20].join(","));
+        assert_eq!(
+            shown_as(&long),
+            format!("[{}, 1234...", ["1234567"; 8].join(", "))
+        );
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert_eq!(shown_as(&deep), format!("{}...", "[".repeat(77)));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        // An ignored field of a good row is skipped without being read, however deep.
+        let deep = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+        let rows = parse(&row_with(&format!(r#""extra": {deep}"#))).unwrap();
+        assert_eq!(rows.line, [1]);
+        let bad = error(&row_with(&format!(r#""extra": {deep}, "delay": 1"#)));
+        assert!(
+            bad.starts_with("t.jsonl:2: invalid JSON (recursion limit exceeded at column 214): "),
+            "{bad}"
+        );
+        let deep_session = error(&row_with(&format!(r#""session_id": {deep}"#)));
+        assert!(
+            deep_session.contains("(recursion limit exceeded at column 219)"),
+            "{deep_session}"
+        );
+    }
+
+    fn arb_row() -> impl Strategy<Value = (u64, u32, u32, Vec<u64>, Option<i64>)> {
+        (
+            0u64..1 << 53,
+            1u32..=u32::MAX,
+            1u32..=u32::MAX,
+            prop::collection::vec(0u64..1 << 63, 1..6),
+            prop::option::of(-3i64..3),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Rows written with aliases, spacing and line breaks of every kind read back as given.
+        #[test]
+        fn written_rows_read_back(rows in prop::collection::vec((arb_row(), any::<bool>(), 0usize..3), 1..8)) {
+            let mut text = String::new();
+            for ((ts, input, output, ids, session), alias, gap) in &rows {
+                let [t, i, o] = if *alias { ["created_time", "input_tokens", "output_tokens"] } else { ["timestamp", "input_length", "output_length"] };
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                let session = session.map_or(String::new(), |s| format!(r#", "session_id": {s}"#));
+                let _ = write!(text, r#" {{"{t}":{ts} , "{i}": {input},"{o}" :{output}, "hash_ids": [ {} ]{session}}}"#, ids.join(" ,"));
+                text.push_str(["\n", "\r\n", "\r"][*gap]);
+                text.push_str(&"\n".repeat(*gap));
+            }
+            let parsed = parse_mooncake(text.as_bytes(), "t.jsonl", u64::MAX).unwrap();
+            prop_assert_eq!(parsed.line.len(), rows.len());
+            let mut offset = 0;
+            for (n, ((ts, input, output, ids, session), _, _)) in rows.iter().enumerate() {
+                prop_assert_eq!(parsed.timestamp_ms[n], *ts as f64);
+                prop_assert_eq!(parsed.input_length[n], *input);
+                prop_assert_eq!(parsed.output_length[n], *output);
+                offset += ids.len();
+                prop_assert_eq!(parsed.hash_offsets[n + 1] as usize, offset);
+                let key = usize::try_from(parsed.session[n]).ok().map(|s| &parsed.session_keys[s]);
+                let want = session.map(|s| SessionKey::Int(s.to_string()));
+                prop_assert_eq!(key, want.as_ref());
+            }
+            let ids: Vec<u64> = rows.iter().flat_map(|r| r.0 .3.clone()).collect();
+            prop_assert_eq!(parsed.hash_ids, ids);
+        }
+
+        /// No input makes the parser panic: random bytes, and good rows with bytes changed.
+        #[test]
+        fn any_bytes_are_an_answer_not_a_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse_mooncake(&data, "t.jsonl", 512);
+        }
+
+        #[test]
+        fn damaged_rows_are_an_answer_not_a_panic(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), prop::sample::select(
+                b"{}[]\",:\\ 0123456789.eE-+ntfNIaul\x01\r\n\xc3\xa9\xef\xbb\xbf".to_vec())), 1..4),
+            extra in prop::sample::select(vec![
+                "", r#", "session_id": "\ud800x", "delay": 1.5"#, r#", "x": [NaN, {"a": -Infinity}]"#,
+                r#", "hash_ids": [1, -0, 2.0]"#, r#", "session_id": 12345678901234567890123"#,
+                r#", "x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"#,
+            ]),
+        ) {
+            let mut data = format!("{}{extra}}}", ROW.trim_end_matches('}')).into_bytes();
+            let len = data.len();
+            for (at, byte) in edits {
+                data[at.index(len)] = byte;
+            }
+            let _ = parse_mooncake(&data, "t.jsonl", 512);
+        }
+    }
+}

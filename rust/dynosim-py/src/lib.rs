@@ -97,6 +97,29 @@ fn max_min_rates<'py>(
         .map_err(|e| raise(py, "ConfigError", e.to_string()))
 }
 
+/// Run `f` without the GIL. Its error becomes the matching `dynosim.errors` class; a panic (a
+/// bug) becomes `SimulationError` rather than crashing the interpreter.
+fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, SimError> + Send,
+) -> PyResult<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
+        Ok(result) => result.map_err(|e| to_py_err(py, e)),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(raise(
+                py,
+                "SimulationError",
+                format!("internal simulation error (a bug, please report it): {what}"),
+            ))
+        }
+    }
+}
+
 /// Parse a Mooncake JSONL trace's bytes into columns in file order; see `_core.pyi`.
 #[pyfunction]
 fn parse_mooncake<'py>(
@@ -105,9 +128,7 @@ fn parse_mooncake<'py>(
     path: &str,
     trace_block_size: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let rows = py
-        .detach(|| parse_mooncake_rows(data, path, trace_block_size))
-        .map_err(|e| to_py_err(py, e))?;
+    let rows = detached(py, || parse_mooncake_rows(data, path, trace_block_size))?;
     let keys = PyList::empty(py);
     for key in &rows.session_keys {
         match key {
@@ -157,26 +178,9 @@ fn replay<'py>(
         delay_ms: delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
     };
     let counter = progress.map(|p| p.done.clone());
-    let outcome = py.detach(|| {
-        catch_unwind(AssertUnwindSafe(|| {
-            dynosim_core::replay(&workload, &config, counter.as_deref())
-        }))
-    });
-    let report = match outcome {
-        Ok(result) => result.map_err(|e| to_py_err(py, e))?,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            return Err(raise(
-                py,
-                "SimulationError",
-                format!("internal simulation error (a bug, please report it): {what}"),
-            ));
-        }
-    };
+    let report = detached(py, || {
+        dynosim_core::replay(&workload, &config, counter.as_deref())
+    })?;
     let out = PyDict::new(py);
     out.set_item("summary_json", report.summary_json())?;
     out.set_item("config_json", config.to_json())?;

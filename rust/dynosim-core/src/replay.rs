@@ -110,7 +110,8 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new(config: &SimConfig) -> Result<Self> {
+    /// The cluster `config` describes; `ends_send`: sessions or the closed loop are on.
+    fn new(config: &SimConfig, ends_send: bool) -> Result<Self> {
         let c = &config.cluster;
         let pools: Vec<(Role, usize)> = match c.mode {
             ServingMode::Aggregated => vec![(Role::Aggregated, c.num_workers as usize)],
@@ -171,7 +172,7 @@ impl Cluster {
             tiers,
             evicted: Vec::new(),
             heads: Vec::new(),
-            ends_send: false,
+            ends_send,
             events: 0,
             ranks,
             workers,
@@ -452,9 +453,9 @@ impl Cluster {
     }
 
     /// The next instant (ms) anything outside worker `w` can reach it: a request sent
-    /// (`next_send`), a KV transfer or offload-tier flow ending, or the pass end of another worker that hands
-    /// requests over (prefill), may start transfers (a decode worker with handoffs waiting), or,
-    /// when request ends send requests, may lead to one.
+    /// (`next_send`), a KV transfer or offload-tier flow ending, or the pass end of another
+    /// worker that hands requests over (prefill), may start transfers (a decode worker with
+    /// handoffs waiting), or, when request ends send requests, may lead to one.
     fn horizon(&mut self, w: usize, next_send: f64) -> Result<f64> {
         // A tier flow ending reaches only the rank it onboards to (not `w`: it onboards
         // nothing), unless that rank then hands requests over or ends one others wait for.
@@ -626,8 +627,8 @@ fn run(
 ) -> Result<Report> {
     config.validate()?;
     workload.validate()?;
-    let mut cluster = Cluster::new(config)?;
-    cluster.ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
+    let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
+    let mut cluster = Cluster::new(config, ends_send)?;
     let mut dispatcher = Dispatcher::new(workload, config);
     // Arrival times are known up front only for open-loop session starts.
     let arrivals: Vec<f64> = (0..workload.len())

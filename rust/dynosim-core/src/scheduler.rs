@@ -545,10 +545,10 @@ impl Scheduler {
         records: &mut Records,
     ) -> (f64, u64) {
         let n = self.in_pass.len();
+        // Every running request in the pass (so the token budget fits them all), none waiting.
         if self.role == Role::Prefill
             || !self.waiting.is_empty()
             || n != self.running.len()
-            || n as u64 > u64::from(self.config.max_num_batched_tokens)
             || end >= horizon
         {
             return (end, 0);

@@ -5,12 +5,15 @@ the trace load, all at the trace's own pace):
 * the same clusters with arrivals 4x faster (Dynamo's offline_replay_bench default), which
   overloads them: KV evictions, preemptions and many concurrent transfers;
 * table timing (grids sampled from the polynomial model);
+* KV offload tiers (G2, G2+G3, a shared G3) against the same replay without them;
 * the canonical JSON report that offline_replay_bench hashes for its determinism check.
 
 Run: ``python -m pytest benches --benchmark-only``.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -111,6 +114,37 @@ def test_table_timing(benchmark, conversation, mode):
     assert report.config["timing"]["model"] == "table"
     assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
     benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
+
+
+_TIERS = {
+    "g2": {"g2_blocks": 8192},
+    "g2+g3": {"g2_blocks": 8192, "g3_blocks": 32768},
+    "g2+shared_g3": {"g2_blocks": 8192, "g3_blocks": 131072, "g3_shared": True},
+}
+
+
+@pytest.mark.parametrize("tiers", list(_TIERS))
+def test_offload_tiers(benchmark, conversation, tiers):
+    base = {
+        "cluster": {"num_workers": 4},
+        "engine": {"block_size": 64},
+        "kv_transfer": {"kv_bytes_per_token": 160_000.0},
+    }
+    report = benchmark(dynosim.replay, conversation, {**base, "offload": _TIERS[tiers]})
+    without = dynosim.replay(conversation, base)
+    s = report.summary
+    assert s["prefix_reuse_ratio"] > without.summary["prefix_reuse_ratio"]
+    benchmark.extra_info.update(reuse=s["prefix_reuse_ratio"], ttft_mean_ms=s["ttft_ms"]["mean"])
+    if not benchmark.disabled:
+        # The cost of the tiers: this bench's mean over the best of 3 replays without them.
+        best = min(_seconds(dynosim.replay, conversation, base) for _ in range(3))
+        benchmark.extra_info["x_tiers_off"] = benchmark.stats.stats.mean / best
+
+
+def _seconds(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
 
 
 def test_canonical_report_json(benchmark, conversation):

@@ -6,14 +6,13 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
-use hashbrown::hash_table::Entry;
-use hashbrown::HashTable;
+use crate::block_ids::BlockId;
 
 const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 struct Slot {
-    hash: u64,
+    id: BlockId,
     refcount: u32,
     // LRU links, meaningful while refcount == 0.
     prev: u32,
@@ -26,9 +25,9 @@ pub struct KvCache {
     capacity: u32,
     active: u32,
     inactive: u32,
-    /// Slot indices keyed by their block identity. Identities are already uniform 64-bit
-    /// mixes, so they serve as their own hash, and the table stays small (4 bytes an entry).
-    by_hash: HashTable<u32>,
+    /// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
+    /// array replaces a hash table; it is zeroed memory the system maps only where written.
+    slot_of: Vec<u32>,
     slots: Vec<Slot>,
     spare_slots: Vec<u32>,
     lru_head: u32,
@@ -37,7 +36,7 @@ pub struct KvCache {
     /// Identities of evicted blocks, oldest first, kept only once `record_evictions` is called
     /// (the offload tiers read them; a cache without tiers pays nothing).
     record_evicted: bool,
-    evicted: Vec<u64>,
+    evicted: Vec<BlockId>,
 }
 
 /// What the cache holds of a prompt's leading blocks.
@@ -50,13 +49,13 @@ pub struct PrefixHit {
 }
 
 impl KvCache {
-    pub fn new(capacity: u32) -> Self {
+    /// A cache of `capacity` blocks for identities below `ids`.
+    pub fn new(capacity: u32, ids: BlockId) -> Self {
         KvCache {
             capacity,
             active: 0,
             inactive: 0,
-            // Never more named blocks than the capacity: size once, never rehash.
-            by_hash: HashTable::with_capacity(capacity as usize),
+            slot_of: vec![0; ids as usize],
             slots: Vec::with_capacity(capacity as usize),
             spare_slots: Vec::new(),
             lru_head: NIL,
@@ -74,7 +73,7 @@ impl KvCache {
 
     /// Move the identities of the blocks evicted since the last call, in eviction order (least
     /// recent first), to the end of `out`.
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
+    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
         out.append(&mut self.evicted);
     }
 
@@ -83,26 +82,20 @@ impl KvCache {
         !self.evicted.is_empty()
     }
 
-    /// Whether the cache names block `hash`.
-    pub fn contains(&self, hash: u64) -> bool {
-        self.find(hash).is_some()
-    }
-
-    /// Use as an LRU set of identities: name `hash` as the most recent inactive block (evicting
+    /// Use as an LRU set of identities: name `id` as the most recent inactive block (evicting
     /// the least recent when full), or, if it is already cached, make it the most recent.
     /// Returns whether it was new. Needs a cache with no active blocks.
-    pub fn insert_or_touch(&mut self, hash: u64) -> bool {
+    pub fn insert_or_touch(&mut self, id: BlockId) -> bool {
         debug_assert_eq!(self.active, 0, "an LRU set holds inactive blocks only");
-        if let Some(slot) = self.find(hash) {
+        if let Some(slot) = self.find(id) {
             self.unlink(slot);
             self.push_back(slot);
             return false;
         }
-        // Two table operations per new block (evict one, name one): tiers move millions.
         if self.inactive == self.capacity {
             self.evict_lru();
         }
-        let index = self.name_slot(hash, 0);
+        let index = self.name_slot(id, 0);
         self.inactive += 1;
         self.push_back(index);
         true
@@ -131,14 +124,14 @@ impl KvCache {
         self.evictions
     }
 
-    /// The longest run of leading `hashes` the cache holds.
-    pub fn lookup(&self, hashes: &[u64]) -> PrefixHit {
+    /// The longest run of leading blocks of `ids` the cache holds.
+    pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
         let mut hit = PrefixHit {
             blocks: 0,
             inactive: 0,
         };
-        for h in hashes {
-            match self.find(*h) {
+        for &id in ids {
+            match self.find(id) {
                 Some(slot) => {
                     hit.blocks += 1;
                     if self.slots[slot as usize].refcount == 0 {
@@ -151,9 +144,9 @@ impl KvCache {
         hit
     }
 
-    /// Take a reference on the cached block `hash` (found by `lookup`), returning its slot.
-    pub fn acquire(&mut self, hash: u64) -> u32 {
-        let slot = self.find(hash).expect("acquire follows lookup");
+    /// Take a reference on the cached block `id` (found by `lookup`), returning its slot.
+    pub fn acquire(&mut self, id: BlockId) -> u32 {
+        let slot = self.find(id).expect("acquire follows lookup");
         if self.slots[slot as usize].refcount == 0 {
             self.unlink(slot);
             self.inactive -= 1;
@@ -174,23 +167,14 @@ impl KvCache {
         self.active += n;
     }
 
-    /// Give identity `hash` to one of the caller's private blocks now that it is full. Returns
+    /// Give identity `id` to one of the caller's private blocks now that it is full. Returns
     /// its slot, or `None` when another request cached the same content first (the block then
     /// stays private).
-    pub fn register(&mut self, hash: u64) -> Option<u32> {
-        // One probe finds the identity or the place to name it.
-        let slots = &self.slots;
-        let entry = self.by_hash.entry(
-            hash,
-            |&i| slots[i as usize].hash == hash,
-            |&i| slots[i as usize].hash,
-        );
-        let Entry::Vacant(vacant) = entry else {
+    pub fn register(&mut self, id: BlockId) -> Option<u32> {
+        if self.slot_of[id as usize] != 0 {
             return None;
-        };
-        let index = Self::fill_slot(&mut self.slots, &mut self.spare_slots, hash, 1);
-        vacant.insert(index);
-        Some(index)
+        }
+        Some(self.name_slot(id, 1))
     }
 
     /// Drop a request's references: `slots` in block order and `private` unnamed blocks.
@@ -212,50 +196,41 @@ impl KvCache {
         let slot = self.lru_head;
         debug_assert_ne!(slot, NIL, "eviction with no inactive block");
         self.unlink(slot);
-        let hash = self.slots[slot as usize].hash;
-        if let Ok(entry) = self.by_hash.find_entry(hash, |&i| i == slot) {
-            entry.remove();
-        }
+        let id = self.slots[slot as usize].id;
+        debug_assert_eq!(self.slot_of[id as usize], slot + 1);
+        self.slot_of[id as usize] = 0;
         self.spare_slots.push(slot);
         self.inactive -= 1;
         self.evictions += 1;
         if self.record_evicted {
-            self.evicted.push(hash);
+            self.evicted.push(id);
         }
     }
 
-    /// A slot (a spare one if any) holding the absent identity `hash`, findable by it.
-    fn name_slot(&mut self, hash: u64, refcount: u32) -> u32 {
-        let index = Self::fill_slot(&mut self.slots, &mut self.spare_slots, hash, refcount);
-        self.by_hash
-            .insert_unique(hash, index, |&i| self.slots[i as usize].hash);
-        index
-    }
-
-    /// A slot (a spare one if any) holding `hash`, not yet findable by it.
-    fn fill_slot(slots: &mut Vec<Slot>, spare: &mut Vec<u32>, hash: u64, refcount: u32) -> u32 {
+    /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
+    fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
         let slot = Slot {
-            hash,
+            id,
             refcount,
             prev: NIL,
             next: NIL,
         };
-        match spare.pop() {
+        let index = match self.spare_slots.pop() {
             Some(i) => {
-                slots[i as usize] = slot;
+                self.slots[i as usize] = slot;
                 i
             }
             None => {
-                slots.push(slot);
-                (slots.len() - 1) as u32
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
             }
-        }
+        };
+        self.slot_of[id as usize] = index + 1;
+        index
     }
 
-    fn find(&self, hash: u64) -> Option<u32> {
-        self.by_hash
-            .find(hash, |&i| self.slots[i as usize].hash == hash)
-            .copied()
+    fn find(&self, id: BlockId) -> Option<u32> {
+        self.slot_of[id as usize].checked_sub(1)
     }
 
     fn push_back(&mut self, slot: u32) {
@@ -293,14 +268,14 @@ mod tests {
     use super::*;
 
     /// Cache a request's blocks as the engine does: allocate, then name each full block.
-    fn fill(cache: &mut KvCache, hashes: &[u64]) -> Vec<u32> {
-        cache.allocate(hashes.len() as u32);
-        hashes.iter().map(|&h| cache.register(h).unwrap()).collect()
+    fn fill(cache: &mut KvCache, ids: &[BlockId]) -> Vec<u32> {
+        cache.allocate(ids.len() as u32);
+        ids.iter().map(|&h| cache.register(h).unwrap()).collect()
     }
 
     #[test]
     fn released_blocks_stay_cached_until_evicted() {
-        let mut c = KvCache::new(4);
+        let mut c = KvCache::new(4, 64);
         let a = fill(&mut c, &[1, 2, 3]);
         assert_eq!((c.active(), c.available()), (3, 1));
         c.release(&a, 0);
@@ -320,7 +295,7 @@ mod tests {
 
     #[test]
     fn shared_blocks_are_counted_once() {
-        let mut c = KvCache::new(8);
+        let mut c = KvCache::new(8, 64);
         let a = fill(&mut c, &[1, 2]);
         let hit = c.lookup(&[1, 2, 5]);
         assert_eq!(
@@ -340,7 +315,7 @@ mod tests {
 
     #[test]
     fn reusing_an_inactive_block_costs_capacity_again() {
-        let mut c = KvCache::new(2);
+        let mut c = KvCache::new(2, 64);
         let a = fill(&mut c, &[1, 2]);
         c.release(&a, 0);
         assert_eq!(c.available(), 2);
@@ -350,7 +325,7 @@ mod tests {
 
     #[test]
     fn duplicate_content_stays_private() {
-        let mut c = KvCache::new(4);
+        let mut c = KvCache::new(4, 64);
         fill(&mut c, &[1]);
         c.allocate(1);
         assert_eq!(c.register(1), None);
@@ -361,7 +336,7 @@ mod tests {
 
     #[test]
     fn recorded_evictions_come_out_oldest_first() {
-        let mut c = KvCache::new(2);
+        let mut c = KvCache::new(2, 64);
         c.record_evictions();
         assert!(c.insert_or_touch(1));
         assert!(c.insert_or_touch(2));
@@ -374,7 +349,7 @@ mod tests {
         assert!(!c.has_evicted());
         assert_eq!((c.inactive(), c.active()), (2, 0));
         // Without recording nothing is kept.
-        let mut d = KvCache::new(1);
+        let mut d = KvCache::new(1, 64);
         d.insert_or_touch(1);
         d.insert_or_touch(2);
         assert!(!d.has_evicted());
@@ -382,7 +357,7 @@ mod tests {
 
     #[test]
     fn lru_order_follows_release_order() {
-        let mut c = KvCache::new(3);
+        let mut c = KvCache::new(3, 64);
         let a = fill(&mut c, &[10]);
         let b = fill(&mut c, &[20]);
         let d = fill(&mut c, &[30]);

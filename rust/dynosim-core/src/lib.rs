@@ -3,6 +3,7 @@
 //! Plain Rust with no Python in it: the `dynosim-py` crate binds it as `dynosim._core`, and a
 //! Rust program can call [`replay::replay`] directly.
 
+pub mod block_ids;
 pub mod config;
 pub mod error;
 pub mod event_queue;

@@ -12,6 +12,7 @@
 //! a G2->G3 (down) link. A G3 hit stages through G2, so its flow crosses the up link and the
 //! rank's G2->G1 link and runs at the max-min rate of both.
 
+use crate::block_ids::BlockId;
 use crate::config::{OffloadConfig, SimConfig};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -65,27 +66,28 @@ pub struct Tiers {
     /// The onboard of each flow by flow id (`OFFLOAD` for offloads).
     flow_onboard: Vec<u32>,
     done: Vec<FlowId>,
-    scratch: Vec<u64>,
+    scratch: Vec<BlockId>,
     pub counters: TierCounters,
 }
 
 impl Tiers {
-    /// The tiers `config` asks for over ranks with the given tokens per block, or `None`.
-    pub fn new(config: &SimConfig, block_sizes: &[u32]) -> Result<Option<Self>> {
+    /// The tiers `config` asks for over ranks with the given tokens per block, for block
+    /// identities below `ids`, or `None`.
+    pub fn new(config: &SimConfig, block_sizes: &[u32], ids: BlockId) -> Result<Option<Self>> {
         let o: &OffloadConfig = &config.offload;
         let Some(g2_blocks) = o.g2_blocks else {
             return Ok(None);
         };
         let n = block_sizes.len();
         let per_token = config.kv_transfer.bytes_per_token();
-        let mut g2: Vec<KvCache> = (0..n).map(|_| KvCache::new(g2_blocks)).collect();
+        let mut g2: Vec<KvCache> = (0..n).map(|_| KvCache::new(g2_blocks, ids)).collect();
         for c in &mut g2 {
             c.record_evictions();
         }
         let g3: Vec<KvCache> = match o.g3_blocks {
             None => Vec::new(),
-            Some(b) if o.g3_shared => vec![KvCache::new(b)],
-            Some(b) => (0..n).map(|_| KvCache::new(b)).collect(),
+            Some(b) if o.g3_shared => vec![KvCache::new(b, ids)],
+            Some(b) => (0..n).map(|_| KvCache::new(b, ids)).collect(),
         };
         let g12 = gbps_to_bytes_per_ms(o.g1_g2_gbps);
         let g23 = gbps_to_bytes_per_ms(o.g2_g3_gbps);
@@ -145,7 +147,7 @@ impl Tiers {
 
     /// Offload the blocks G1 of `rank` evicted (`evicted`, least recent first) at `now`: new
     /// ones move to G2 over the rank's G1->G2 link, and what that pushes out of G2 to G3.
-    pub fn offload(&mut self, now: f64, rank: usize, evicted: &[u64]) -> Result<()> {
+    pub fn offload(&mut self, now: f64, rank: usize, evicted: &[BlockId]) -> Result<()> {
         let mut moved = 0u32;
         for &h in evicted {
             moved += u32::from(self.g2[rank].insert_or_touch(h));
@@ -183,12 +185,12 @@ impl Tiers {
         Ok(())
     }
 
-    /// Of `hashes` (the prompt blocks after the G1 prefix hit), how many leading ones G2 of
+    /// Of `ids` (the prompt blocks after the G1 prefix hit), how many leading ones G2 of
     /// `rank` holds, and how many of the following ones G3 holds.
-    pub fn lookup(&self, rank: usize, hashes: &[u64]) -> (u32, u32) {
-        let k2 = self.g2[rank].lookup(hashes).blocks;
+    pub fn lookup(&self, rank: usize, ids: &[BlockId]) -> (u32, u32) {
+        let k2 = self.g2[rank].lookup(ids).blocks;
         let k3 = match self.g3.get(self.g3_index(rank)) {
-            Some(g3) => g3.lookup(&hashes[k2 as usize..]).blocks,
+            Some(g3) => g3.lookup(&ids[k2 as usize..]).blocks,
             None => 0,
         };
         (k2, k3)
@@ -203,8 +205,8 @@ impl Tiers {
         rank: usize,
         handle: u32,
         request: u32,
-        g2: &[u64],
-        g3: &[u64],
+        g2: &[BlockId],
+        g3: &[BlockId],
     ) -> Result<()> {
         // A hit is a use: make the blocks the most recent of their tier.
         for &h in g2 {

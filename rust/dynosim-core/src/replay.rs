@@ -4,7 +4,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
@@ -85,8 +87,6 @@ struct Cluster {
     is_dirty: Vec<bool>,
     router: Router,
     decode_router: Router,
-    /// Scratch block identities for cache-aware routing.
-    hashes: Vec<u64>,
     /// Per decode rank, handoffs waiting for a block reservation, FIFO.
     pending: Vec<std::collections::VecDeque<Handoff>>,
     transport: Transport,
@@ -99,7 +99,7 @@ struct Cluster {
     /// KV offload tiers, when configured.
     tiers: Option<Tiers>,
     /// Scratch: block identities a rank's G1 evicted.
-    evicted: Vec<u64>,
+    evicted: Vec<BlockId>,
     /// Scratch: requests to look up in the offload tiers.
     heads: Vec<u32>,
     /// Sessions or the closed loop send requests when others end (a pass ending no request
@@ -110,8 +110,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster `config` describes; `ends_send`: sessions or the closed loop are on.
-    fn new(config: &SimConfig, ends_send: bool) -> Result<Self> {
+    /// The cluster `config` describes, serving `workload`; `ends_send`: sessions or the closed
+    /// loop are on.
+    fn new(config: &SimConfig, workload: &Workload, ends_send: bool) -> Result<Self> {
         let c = &config.cluster;
         let pools: Vec<(Role, usize)> = match c.mode {
             ServingMode::Aggregated => vec![(Role::Aggregated, c.num_workers as usize)],
@@ -122,8 +123,21 @@ impl Cluster {
         };
         let (mut ranks, mut workers) = (Vec::new(), Vec::new());
         let (mut num_prefill, mut num_prefill_ranks) = (0, 0);
+        // Block identities once per block size, in one identity space (a shared G3 pool holds
+        // blocks of both sizes).
+        let mut tables: Vec<Arc<BlockIds>> = Vec::new();
+        for &(role, _) in &pools {
+            let size = config.role(role).0.block_size;
+            if !tables.iter().any(|t| t.block_size() == size) {
+                let first = tables.last().map_or(0, |t| t.end());
+                tables.push(Arc::new(BlockIds::new(workload, size, first)?));
+            }
+        }
+        let ids_end = tables.last().map_or(0, |t| t.end());
         for &(role, count) in &pools {
             let (engine, timing) = config.role(role);
+            let table = tables.iter().find(|t| t.block_size() == engine.block_size);
+            let table = table.expect("a table per block size");
             let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size);
             let dp = engine.data_parallel_size as usize;
             for _ in 0..count {
@@ -136,7 +150,7 @@ impl Cluster {
                 });
                 for _ in 0..dp {
                     let timer = StepTimer::new(timing.clone(), kv_tokens);
-                    ranks.push(Scheduler::new(role, engine.clone(), timer));
+                    ranks.push(Scheduler::new(role, engine.clone(), timer, table.clone()));
                 }
             }
             if role == Role::Prefill {
@@ -150,7 +164,7 @@ impl Cluster {
         };
         let n = workers.len();
         let block_sizes: Vec<u32> = ranks.iter().map(Scheduler::block_size).collect();
-        let tiers = Tiers::new(config, &block_sizes)?;
+        let tiers = Tiers::new(config, &block_sizes, ids_end)?;
         if tiers.is_some() {
             for rank in &mut ranks {
                 rank.record_evictions();
@@ -162,7 +176,6 @@ impl Cluster {
             router: Router::new(c.router, c.router_seed, c.overlap_weight),
             // A stream of its own, so decode choices do not shift prefill choices.
             decode_router: Router::new(c.router, c.router_seed ^ DECODE_STREAM, c.overlap_weight),
-            hashes: Vec::new(),
             pending: vec![Default::default(); num_decode_ranks],
             transport: Transport::new(&config.kv_transfer, num_prefill_ranks, num_decode_ranks)?,
             in_flight: Vec::new(),
@@ -200,18 +213,16 @@ impl Cluster {
         pool: std::ops::Range<usize>,
         workload: &Workload,
         i: usize,
-        hashes: &mut Vec<u64>,
     ) -> usize {
         if router.needs_caches() {
             let first = workers[pool.start].first_rank;
             let last = workers[pool.end - 1].ranks().end;
-            let block_size = ranks[first].block_size();
-            workload.block_hashes(i, block_size, hashes);
-            let prompt_blocks = workload.input_length[i].div_ceil(block_size);
+            let ids = ranks[first].block_ids();
+            let prompt_blocks = workload.input_length[i].div_ceil(ids.block_size());
             let candidates = ranks[first..last]
                 .iter()
                 .map(|r| (r.cache(), r.waiting_blocks()));
-            first + router.route_by_cache(hashes, prompt_blocks, candidates)
+            first + router.route_by_cache(ids.of(i), prompt_blocks, candidates)
         } else {
             let w = pool.start + router.route(pool.len());
             workers[w].pick_rank()
@@ -250,10 +261,10 @@ impl Cluster {
         self.ranks[rank].take_unchecked_heads(&mut heads);
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
-            let hashes = sched.prompt_hashes(handle);
-            let hit = sched.cache().lookup(hashes);
+            let ids = sched.prompt_ids(handle);
+            let hit = sched.cache().lookup(ids);
             let g1 = hit.blocks as usize;
-            let (k2, k3) = tiers.lookup(rank, &hashes[g1..]);
+            let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
             let i = sched.request_of(handle);
             records.g1_hit_blocks[i] = hit.blocks;
             records.g2_hit_blocks[i] = k2;
@@ -266,9 +277,9 @@ impl Cluster {
                 continue;
             }
             sched.unqueue(handle);
-            let hashes = sched.prompt_hashes(handle);
+            let ids = sched.prompt_ids(handle);
             let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
-            tiers.start_onboard(now, rank, handle, i as u32, &hashes[g1..a], &hashes[a..b])?;
+            tiers.start_onboard(now, rank, handle, i as u32, &ids[g1..a], &ids[a..b])?;
             records.onboard_start_ms[i] = now;
         }
         self.heads = heads;
@@ -297,7 +308,6 @@ impl Cluster {
             0..front,
             workload,
             i,
-            &mut self.hashes,
         );
         let w = self.worker_of(rank);
         records.worker[i] = w as i32;
@@ -375,7 +385,6 @@ impl Cluster {
                     self.num_prefill..all,
                     workload,
                     request as usize,
-                    &mut self.hashes,
                 );
                 let d = self.worker_of(dst_rank);
                 records.decode_worker[request as usize] = (d - self.num_prefill) as i32;
@@ -400,18 +409,8 @@ impl Cluster {
         for rank in self.workers[w].ranks() {
             let d = rank - self.num_prefill_ranks;
             while let Some(&h) = self.pending[d].front() {
-                // The prefill copy holds the prompt's block identities: reuse them when the
-                // block sizes match rather than hash the prompt again.
-                let src = &self.ranks[h.src as usize];
-                let same_blocks = src.block_size() == self.ranks[rank].block_size();
-                self.hashes.clear();
-                if same_blocks {
-                    self.hashes
-                        .extend_from_slice(src.prompt_hashes(h.src_handle));
-                }
-                let known = same_blocks.then_some(&self.hashes[..]);
                 let Some((dst_handle, cached)) =
-                    self.ranks[rank].reserve_remote(workload, h.request as usize, known)
+                    self.ranks[rank].reserve_remote(workload, h.request as usize)
                 else {
                     break;
                 };
@@ -628,7 +627,7 @@ fn run(
     config.validate()?;
     workload.validate()?;
     let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
-    let mut cluster = Cluster::new(config, ends_send)?;
+    let mut cluster = Cluster::new(config, workload, ends_send)?;
     let mut dispatcher = Dispatcher::new(workload, config);
     // Arrival times are known up front only for open-loop session starts.
     let arrivals: Vec<f64> = (0..workload.len())

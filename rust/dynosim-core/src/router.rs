@@ -3,6 +3,7 @@
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
+use crate::block_ids::BlockId;
 use crate::config::RouterMode;
 use crate::kv_cache::KvCache;
 
@@ -47,13 +48,13 @@ impl Router {
         }
     }
 
-    /// Pick the cache-aware cheapest candidate for a prompt whose full blocks are `hashes`.
+    /// Pick the cache-aware cheapest candidate for a prompt whose full blocks are `ids`.
     /// Each candidate is its cache and its queued load in blocks (requests routed there but not
     /// admitted yet hold no blocks, yet they will): cost = overlap_weight x (prompt blocks not
     /// cached there) + active blocks + queued blocks.
     pub fn route_by_cache<'a>(
         &mut self,
-        hashes: &[u64],
+        ids: &[BlockId],
         prompt_blocks: u32,
         candidates: impl Iterator<Item = (&'a KvCache, u64)>,
     ) -> usize {
@@ -62,7 +63,7 @@ impl Router {
         };
         let mut best = (f64::INFINITY, 0);
         for (i, (cache, queued)) in candidates.enumerate() {
-            let to_prefill = prompt_blocks - cache.lookup(hashes).blocks;
+            let to_prefill = prompt_blocks - cache.lookup(ids).blocks;
             let load = f64::from(cache.active()) + queued as f64;
             let cost = overlap_weight * f64::from(to_prefill) + load;
             if cost < best.0 {
@@ -97,11 +98,11 @@ mod tests {
 
     #[test]
     fn kv_aware_prefers_cached_prefix_then_light_load() {
-        let mut warm = KvCache::new(16);
+        let mut warm = KvCache::new(16, 16);
         warm.allocate(2);
         warm.register(11).unwrap();
         warm.register(12).unwrap(); // holds the prompt's first two blocks, active
-        let cold = KvCache::new(16);
+        let cold = KvCache::new(16, 16);
         let mut r = Router::new(RouterMode::KvAware, 0, 1.0);
         // 4-block prompt: warm costs 2 to prefill + 2 active = 4; cold 4 + 0 = 4: a tie goes
         // to the lower index.

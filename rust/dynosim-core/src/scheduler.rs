@@ -2,7 +2,9 @@
 //! budget per pass, chunked prefill, recompute preemption, over one `KvCache`.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
+use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{EngineConfig, PreemptionMode, Role};
 use crate::kv_cache::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
@@ -21,8 +23,6 @@ struct Seq {
     computed: u32,
     /// Still computing its prompt (or recomputing after preemption).
     prefilling: bool,
-    /// Identities of the full prompt blocks.
-    hashes: Vec<u64>,
     /// Cached blocks held, in block order.
     slots: Vec<u32>,
     /// Blocks held without an identity.
@@ -51,21 +51,21 @@ impl Seq {
         self.slots.len() as u32 + self.private
     }
 
-    /// Give the cache identities of the prompt blocks that are full now, so later requests can
-    /// share them; a block another request cached first stays private.
-    fn name_full_blocks(&mut self, cache: &mut KvCache, block_size: u32) {
+    /// Give the cache identities of the prompt blocks (`ids`) that are full now, so later
+    /// requests can share them; a block another request cached first stays private.
+    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &[BlockId], block_size: u32) {
         // Decode steps land here once every prompt block is named: skip the division.
-        if self.named as usize == self.hashes.len() {
+        if self.named as usize == ids.len() {
             return;
         }
-        let full = (self.computed / block_size).min(self.hashes.len() as u32);
-        self.name_blocks_until(cache, full);
+        let full = (self.computed / block_size).min(ids.len() as u32);
+        self.name_blocks_until(cache, ids, full);
     }
 
-    /// Name the prompt blocks before `end` (private blocks holding their content).
-    fn name_blocks_until(&mut self, cache: &mut KvCache, end: u32) {
+    /// Name the prompt blocks (`ids`) before `end` (private blocks holding their content).
+    fn name_blocks_until(&mut self, cache: &mut KvCache, ids: &[BlockId], end: u32) {
         while self.named < end {
-            if let Some(slot) = cache.register(self.hashes[self.named as usize]) {
+            if let Some(slot) = cache.register(ids[self.named as usize]) {
                 self.slots.push(slot);
                 self.private -= 1;
             }
@@ -73,11 +73,11 @@ impl Seq {
         }
     }
 
-    /// Take the prefix `hit` (its first `hit.blocks` blocks, cached) and `blocks` more private
-    /// blocks; the caller checked that they fit.
-    fn hold(&mut self, cache: &mut KvCache, hit: PrefixHit, blocks: u32) {
-        for k in 0..hit.blocks as usize {
-            self.slots.push(cache.acquire(self.hashes[k]));
+    /// Take the prefix `hit` of the prompt blocks `ids` (its first `hit.blocks` blocks, cached)
+    /// and `blocks` more private blocks; the caller checked that they fit.
+    fn hold(&mut self, cache: &mut KvCache, ids: &[BlockId], hit: PrefixHit, blocks: u32) {
+        for &id in &ids[..hit.blocks as usize] {
+            self.slots.push(cache.acquire(id));
         }
         self.named = hit.blocks;
         cache.allocate(blocks);
@@ -91,6 +91,8 @@ pub struct Scheduler {
     role: Role,
     config: EngineConfig,
     cache: KvCache,
+    /// Prompt block identities of every request at this rank's block size.
+    ids: Arc<BlockIds>,
     timer: StepTimer,
     seqs: Vec<Seq>,
     spare: Vec<u32>,
@@ -114,10 +116,13 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn new(role: Role, config: EngineConfig, timer: StepTimer) -> Self {
+    /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`).
+    pub fn new(role: Role, config: EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
+        debug_assert_eq!(ids.block_size(), config.block_size);
         Scheduler {
             role,
-            cache: KvCache::new(config.num_gpu_blocks),
+            cache: KvCache::new(config.num_gpu_blocks, ids.end()),
+            ids,
             config,
             timer,
             seqs: Vec::new(),
@@ -167,9 +172,8 @@ impl Scheduler {
         }
     }
 
-    /// A sequence for request `i`; its prompt block identities are `hashes` when the caller has
-    /// them already (they depend only on the request and the block size), else computed.
-    fn new_seq(&mut self, workload: &Workload, i: usize, hashes: Option<&[u64]>) -> u32 {
+    /// A sequence for request `i`.
+    fn new_seq(&mut self, workload: &Workload, i: usize) -> u32 {
         let id = match self.spare.pop() {
             Some(id) => id,
             None => {
@@ -190,13 +194,6 @@ impl Scheduler {
         seq.finished = false;
         seq.tier_checked = false;
         seq.last_token_ms = f64::NAN;
-        match hashes {
-            Some(h) => {
-                seq.hashes.clear();
-                seq.hashes.extend_from_slice(h);
-            }
-            None => workload.block_hashes(i, self.config.block_size, &mut seq.hashes),
-        }
         id
     }
 
@@ -210,7 +207,7 @@ impl Scheduler {
 
     /// Queue request `i` (it has passed `never_fits`).
     pub fn enqueue(&mut self, workload: &Workload, i: usize) {
-        let id = self.new_seq(workload, i, None);
+        let id = self.new_seq(workload, i);
         self.push_waiting(id, false);
     }
 
@@ -245,7 +242,7 @@ impl Scheduler {
 
     /// Offload tiers: move the identities of blocks evicted since the last call (least recent
     /// first) to the end of `out`.
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<u64>) {
+    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
         self.cache.drain_evicted_into(out);
     }
 
@@ -254,9 +251,14 @@ impl Scheduler {
         self.seqs[handle as usize].request as usize
     }
 
+    /// The prompt block identities of every request at this rank's block size.
+    pub fn block_ids(&self) -> &BlockIds {
+        &self.ids
+    }
+
     /// The identities of the full prompt blocks of prepared request `handle`.
-    pub fn prompt_hashes(&self, handle: u32) -> &[u64] {
-        &self.seqs[handle as usize].hashes
+    pub fn prompt_ids(&self, handle: u32) -> &[BlockId] {
+        self.ids.of(self.seqs[handle as usize].request as usize)
     }
 
     /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
@@ -296,7 +298,13 @@ impl Scheduler {
         if self.cache.available() < hit.inactive + blocks {
             return false;
         }
-        self.seqs[handle as usize].hold(&mut self.cache, hit, blocks);
+        let seq = &mut self.seqs[handle as usize];
+        seq.hold(
+            &mut self.cache,
+            self.ids.of(seq.request as usize),
+            hit,
+            blocks,
+        );
         self.onboarding += 1;
         true
     }
@@ -308,7 +316,7 @@ impl Scheduler {
         self.onboarding -= 1;
         let seq = &mut self.seqs[handle as usize];
         let end = seq.named + seq.private;
-        seq.name_blocks_until(&mut self.cache, end);
+        seq.name_blocks_until(&mut self.cache, self.ids.of(seq.request as usize), end);
         self.cache.release(&seq.slots, seq.private);
         seq.slots.clear();
         seq.private = 0;
@@ -316,28 +324,21 @@ impl Scheduler {
         self.push_waiting(handle, true);
     }
 
-    /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker
-    /// (`hashes`: its prompt block identities at this worker's block size, if known). Returns
-    /// (handle, prompt tokens this worker already caches), or `None` when there is no room yet
-    /// (no sequence slot or too few free blocks).
-    pub fn reserve_remote(
-        &mut self,
-        workload: &Workload,
-        i: usize,
-        hashes: Option<&[u64]>,
-    ) -> Option<(u32, u32)> {
+    /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker.
+    /// Returns (handle, prompt tokens this worker already caches), or `None` when there is no
+    /// room yet (no sequence slot or too few free blocks).
+    pub fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
         if self.running.len() + self.receiving as usize >= self.config.max_num_seqs as usize {
             return None;
         }
-        let id = self.new_seq(workload, i, hashes);
-        let seq = &self.seqs[id as usize];
-        let hit = self.cache.lookup(&seq.hashes);
-        let need = self.new_blocks(seq.prompt, hit.blocks);
+        let ids = self.ids.of(i);
+        let hit = self.cache.lookup(ids);
+        let need = self.new_blocks(workload.input_length[i], hit.blocks);
         if self.cache.available() < hit.inactive + need {
-            self.spare.push(id);
             return None;
         }
-        self.seqs[id as usize].hold(&mut self.cache, hit, need);
+        let id = self.new_seq(workload, i);
+        self.seqs[id as usize].hold(&mut self.cache, self.ids.of(i), hit, need);
         self.receiving += 1;
         Some((id, hit.blocks * self.config.block_size))
     }
@@ -357,7 +358,7 @@ impl Scheduler {
         let seq = &mut self.seqs[handle as usize];
         seq.computed = seq.prompt;
         seq.prefilling = false;
-        seq.name_full_blocks(&mut self.cache, bs);
+        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
         if !first_token_now {
             // A zero-token step on the next pass emits the first token (generated stays 0).
             self.running.push(handle);
@@ -471,7 +472,8 @@ impl Scheduler {
                 break;
             }
             let seq = &self.seqs[id as usize];
-            let hit = self.cache.lookup(&seq.hashes);
+            let ids = self.ids.of(seq.request as usize);
+            let hit = self.cache.lookup(ids);
             let target = seq.target();
             let cached = (hit.blocks * self.config.block_size).min(target);
             let remaining = target - cached;
@@ -492,8 +494,8 @@ impl Scheduler {
             self.waiting.pop_front();
             self.waiting_blocks -= self.blocks_for(u64::from(target));
             let seq = &mut self.seqs[id as usize];
-            for k in 0..hit.blocks as usize {
-                seq.slots.push(self.cache.acquire(seq.hashes[k]));
+            for &block in &ids[..hit.blocks as usize] {
+                seq.slots.push(self.cache.acquire(block));
             }
             seq.named = hit.blocks;
             seq.computed = cached;
@@ -610,7 +612,7 @@ impl Scheduler {
         seq.pass_tokens = n;
         seq.computed += n;
         seq.in_pass = true;
-        seq.name_full_blocks(&mut self.cache, bs);
+        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
         self.in_pass.push(id);
     }
 

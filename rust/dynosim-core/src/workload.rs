@@ -141,48 +141,6 @@ impl<'a> Workload<'a> {
         }
         (next, follows)
     }
-
-    /// Chained identities of the full engine blocks of request `i`'s prompt, written to `out`.
-    ///
-    /// Token `t` of the prompt is identified by the trace hash id of its trace block; engine block
-    /// `k` (tokens `k*bs..(k+1)*bs`) is identified by its parent's identity and the runs of trace
-    /// ids it covers, so two requests share block `k` exactly when they share every token up to
-    /// its end. A partial last block gets no identity: it belongs to its request.
-    pub fn block_hashes(&self, i: usize, block_size: u32, out: &mut Vec<u64>) {
-        out.clear();
-        let ids = self.hashes(i);
-        let (bs, tbs) = (u64::from(block_size), u64::from(self.trace_block_size));
-        let full_blocks = u64::from(self.input_length[i]) / bs;
-        out.reserve(full_blocks as usize);
-        let mut chain = CHAIN_SEED;
-        // Walk trace block `j` (ending at token `boundary`) alongside: no division per block.
-        let (mut j, mut boundary) = (0, tbs);
-        for k in 0..full_blocks {
-            let (mut pos, end) = (k * bs, (k + 1) * bs);
-            while pos < end {
-                let run_end = end.min(boundary);
-                chain = mix(chain, ids[j], run_end - pos);
-                pos = run_end;
-                if pos == boundary {
-                    j += 1;
-                    boundary += tbs;
-                }
-            }
-            out.push(chain);
-        }
-    }
-}
-
-const CHAIN_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// A 64-bit mix of a parent identity with one run (trace id, token count); SplitMix64's
-/// finaliser keeps chains of equal runs apart.
-fn mix(parent: u64, id: u64, run: u64) -> u64 {
-    let mut z = parent ^ id.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ run.rotate_left(47);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -205,35 +163,6 @@ mod tests {
             session: None,
             delay_ms: None,
         }
-    }
-
-    #[test]
-    fn shared_trace_prefix_gives_shared_engine_blocks() {
-        // Request 0: ids [7, 8]; request 1: ids [7, 9]; 512-token trace blocks, 64-token engine blocks.
-        let w = two_requests(&[7, 8, 7, 9], &[0, 2, 4], &[1024, 1000], 512);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        w.block_hashes(0, 64, &mut a);
-        w.block_hashes(1, 64, &mut b);
-        assert_eq!(a.len(), 16);
-        assert_eq!(b.len(), 15); // 1000 / 64 full blocks
-        assert_eq!(a[..8], b[..8]);
-        assert!(a[8..15].iter().zip(&b[8..15]).all(|(x, y)| x != y));
-        // Blocks inside one trace block are still distinct (their chains differ).
-        let mut distinct = a.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), a.len());
-    }
-
-    #[test]
-    fn engine_block_spanning_two_trace_blocks() {
-        // Trace block 4 tokens, engine block 6: block 0 covers id0 x4 + id1 x2.
-        let w = two_requests(&[1, 2, 3, 1, 2, 4], &[0, 3, 6], &[12, 12], 4);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        w.block_hashes(0, 6, &mut a);
-        w.block_hashes(1, 6, &mut b);
-        assert_eq!(a[0], b[0]);
-        assert_ne!(a[1], b[1]); // tokens 8..12 differ (id 3 vs 4)
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl KvCache {
             return false;
         }
         if self.inactive == self.capacity {
-            self.evict_lru();
+            self.evict(1);
         }
         let index = self.name_slot(id, 0);
         self.inactive += 1;
@@ -161,8 +161,8 @@ impl KvCache {
     pub fn allocate(&mut self, n: u32) {
         debug_assert!(n <= self.available());
         let free = self.capacity - self.active - self.inactive;
-        for _ in free..n {
-            self.evict_lru();
+        if n > free {
+            self.evict(n - free);
         }
         self.active += n;
     }
@@ -175,6 +175,18 @@ impl KvCache {
             return None;
         }
         Some(self.name_slot(id, 1))
+    }
+
+    /// `register` each of `ids` in turn, appending the slots named to `slots`; returns how
+    /// many were named (the others stay private).
+    pub fn register_all(&mut self, ids: &[BlockId], slots: &mut Vec<u32>) -> u32 {
+        let before = slots.len();
+        for &id in ids {
+            if self.slot_of[id as usize] == 0 {
+                slots.push(self.name_slot(id, 1));
+            }
+        }
+        (slots.len() - before) as u32
     }
 
     /// Drop a request's references: `slots` in block order and `private` unnamed blocks.
@@ -192,22 +204,32 @@ impl KvCache {
         }
     }
 
-    fn evict_lru(&mut self) {
-        let slot = self.lru_head;
-        debug_assert_ne!(slot, NIL, "eviction with no inactive block");
-        self.unlink(slot);
-        let id = self.slots[slot as usize].id;
-        debug_assert_eq!(self.slot_of[id as usize], slot + 1);
-        self.slot_of[id as usize] = 0;
-        self.spare_slots.push(slot);
-        self.inactive -= 1;
-        self.evictions += 1;
-        if self.record_evicted {
-            self.evicted.push(id);
+    /// Evict the `n` least recently used inactive blocks.
+    fn evict(&mut self, n: u32) {
+        for _ in 0..n {
+            let slot = self.lru_head;
+            debug_assert_ne!(slot, NIL, "eviction with no inactive block");
+            let Slot { id, next, .. } = self.slots[slot as usize];
+            // The head has no predecessor.
+            self.lru_head = next;
+            if next == NIL {
+                self.lru_tail = NIL;
+            } else {
+                self.slots[next as usize].prev = NIL;
+            }
+            debug_assert_eq!(self.slot_of[id as usize], slot + 1);
+            self.slot_of[id as usize] = 0;
+            self.spare_slots.push(slot);
+            if self.record_evicted {
+                self.evicted.push(id);
+            }
         }
+        self.inactive -= n;
+        self.evictions += u64::from(n);
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
+    #[inline]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
         let slot = Slot {
             id,

@@ -64,12 +64,10 @@ impl Seq {
 
     /// Name the prompt blocks (`ids`) before `end` (private blocks holding their content).
     fn name_blocks_until(&mut self, cache: &mut KvCache, ids: &[BlockId], end: u32) {
-        while self.named < end {
-            if let Some(slot) = cache.register(ids[self.named as usize]) {
-                self.slots.push(slot);
-                self.private -= 1;
-            }
-            self.named += 1;
+        if self.named < end {
+            self.private -=
+                cache.register_all(&ids[self.named as usize..end as usize], &mut self.slots);
+            self.named = end;
         }
     }
 

@@ -38,7 +38,9 @@ impl BlockIds {
     pub fn new(workload: &Workload, block_size: u32, first_id: BlockId) -> Result<Self> {
         let (bs, tbs) = (u64::from(block_size), u64::from(workload.trace_block_size));
         // (parent node, trace hash id) -> (node, its first identity); never iterated.
-        let mut trie: FxHashMap<(u32, u64), (u32, BlockId)> = FxHashMap::default();
+        // At most one node per trace hash id: size once, never rehash.
+        let mut trie: FxHashMap<(u32, u64), (u32, BlockId)> =
+            FxHashMap::with_capacity_and_hasher(workload.hash_ids.len(), Default::default());
         let mut next_id = u64::from(first_id);
         let mut offsets = Vec::with_capacity(workload.len() + 1);
         offsets.push(0);

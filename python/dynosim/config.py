@@ -319,15 +319,22 @@ class OffloadConfig(_Settings):
     )
     g3_shared: bool = Field(
         _default("offload", "g3_shared"),
-        description="One G3 pool and G2<->G3 link pair shared by the whole cluster.",
+        description="One G3 pool, and its G3->G2 link, shared by the whole cluster.",
     )
     g1_g2_gbps: float = Field(
         _default("offload", "g1_g2_gbps"),
-        description="Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s).",
+        description=(
+            "Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s): G2 hits come up on it; "
+            "offloads count their bytes but move no flow (nothing else shares their direction "
+            "and offloaded blocks count as in G2 at once)."
+        ),
     )
     g2_g3_gbps: float = Field(
         _default("offload", "g2_g3_gbps"),
-        description="Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s).",
+        description=(
+            "Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s): G3 hits "
+            "come up on it (and through the G1<->G2 link)."
+        ),
     )
 
 

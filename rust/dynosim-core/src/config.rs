@@ -403,11 +403,14 @@ pub struct OffloadConfig {
     pub g2_blocks: Option<u32>,
     /// G3 (disk) blocks of each rank, or of the one cluster pool with `g3_shared`; needs G2.
     pub g3_blocks: Option<u32>,
-    /// One G3 pool (and one G2<->G3 link per direction) shared by every rank (`cluster_shared`).
+    /// One G3 pool (and its G3->G2 link) shared by every rank (`cluster_shared`).
     pub g3_shared: bool,
-    /// Each rank's G1<->G2 link, per direction (GB/s, 1e9 bytes/s).
+    /// Each rank's G1<->G2 link per direction (GB/s, 1e9 bytes/s). Onboarding (G2->G1) runs on
+    /// it; offloads are counted but move no flow (nothing else shares their direction, and
+    /// offloaded blocks count as in the lower tier at once).
     pub g1_g2_gbps: f64,
-    /// Each rank's G2<->G3 link, or the shared pool's, per direction (GB/s).
+    /// Each rank's G2<->G3 link, or the shared pool's, per direction (GB/s); G3 hits come up on
+    /// it.
     pub g2_g3_gbps: f64,
 }
 

@@ -26,7 +26,7 @@ pub struct KvCache {
     active: u32,
     inactive: u32,
     /// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
-    /// array replaces a hash table; it is zeroed memory the system maps only where written.
+    /// array replaces a hash table (4 bytes per distinct block of the workload).
     slot_of: Vec<u32>,
     slots: Vec<Slot>,
     spare_slots: Vec<u32>,
@@ -82,23 +82,29 @@ impl KvCache {
         !self.evicted.is_empty()
     }
 
-    /// Use as an LRU set of identities: name `id` as the most recent inactive block (evicting
-    /// the least recent when full), or, if it is already cached, make it the most recent.
-    /// Returns whether it was new. Needs a cache with no active blocks.
-    pub fn insert_or_touch(&mut self, id: BlockId) -> bool {
+    /// Use as an LRU set of identities: for each of `ids` in turn, name it as the most recent
+    /// inactive block (evicting the least recent when full), or, if it is already cached, make
+    /// it the most recent. Returns how many were new. Needs a cache with no active blocks.
+    pub fn insert_or_touch_all(&mut self, ids: &[BlockId]) -> u32 {
         debug_assert_eq!(self.active, 0, "an LRU set holds inactive blocks only");
-        if let Some(slot) = self.find(id) {
-            self.unlink(slot);
-            self.push_back(slot);
-            return false;
+        let mut new = 0;
+        for &id in ids {
+            if let Some(slot) = self.find(id) {
+                if slot != self.lru_tail {
+                    self.unlink(slot);
+                    self.push_back(slot);
+                }
+                continue;
+            }
+            if self.inactive == self.capacity {
+                self.evict(1);
+            }
+            let index = self.name_slot(id, 0);
+            self.inactive += 1;
+            self.push_back(index);
+            new += 1;
         }
-        if self.inactive == self.capacity {
-            self.evict(1);
-        }
-        let index = self.name_slot(id, 0);
-        self.inactive += 1;
-        self.push_back(index);
-        true
+        new
     }
 
     pub fn capacity(&self) -> u32 {
@@ -360,11 +366,9 @@ mod tests {
     fn recorded_evictions_come_out_oldest_first() {
         let mut c = KvCache::new(2, 64);
         c.record_evictions();
-        assert!(c.insert_or_touch(1));
-        assert!(c.insert_or_touch(2));
-        assert!(!c.insert_or_touch(1)); // 1 becomes the most recent
-        assert!(c.insert_or_touch(3)); // evicts 2
-        assert!(c.insert_or_touch(4)); // evicts 1
+        assert_eq!(c.insert_or_touch_all(&[1, 2]), 2);
+        assert_eq!(c.insert_or_touch_all(&[1]), 0); // 1 becomes the most recent
+        assert_eq!(c.insert_or_touch_all(&[3, 4]), 2); // evicts 2, then 1
         let mut out = vec![9];
         c.drain_evicted_into(&mut out);
         assert_eq!(out, vec![9, 2, 1]);
@@ -372,8 +376,7 @@ mod tests {
         assert_eq!((c.inactive(), c.active()), (2, 0));
         // Without recording nothing is kept.
         let mut d = KvCache::new(1, 64);
-        d.insert_or_touch(1);
-        d.insert_or_touch(2);
+        d.insert_or_touch_all(&[1, 2]);
         assert!(!d.has_evicted());
     }
 

@@ -7,10 +7,11 @@
 //! only made most recent there (no bytes move). Onboarding copies blocks up: the copy in G2 or
 //! G3 stays where it is.
 //!
-//! All tier links share one `LinkNetwork` (the allocator of KV transfers): per rank a G2->G1
-//! (onboard) and a G1->G2 (offload) link, and per rank or for the shared pool a G3->G2 (up) and
-//! a G2->G3 (down) link. A G3 hit stages through G2, so its flow crosses the up link and the
-//! rank's G2->G1 link and runs at the max-min rate of both.
+//! Onboarding flows share one `LinkNetwork` (the allocator of KV transfers): per rank a G2->G1
+//! link, and per rank or for the shared pool a G3->G2 link. A G3 hit stages through G2, so its
+//! flow crosses both and runs at the max-min rate of both. Offloads are counted (blocks, bytes)
+//! but move no flow: the G1->G2 and G2->G3 links they would ride carry nothing else, and the
+//! blocks count as in the lower tier at once, so their timing could change no result.
 
 use crate::block_ids::BlockId;
 use crate::config::{OffloadConfig, SimConfig};
@@ -18,9 +19,6 @@ use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::links::{FlowId, LinkNetwork};
 use crate::transfer::gbps_to_bytes_per_ms;
-
-/// No onboard: the flow is an offload (only its bytes matter).
-const OFFLOAD: u32 = u32::MAX;
 
 /// A request held on `rank` while its blocks come up from G2/G3.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +61,7 @@ pub struct Tiers {
     shared: bool,
     onboards: Vec<Onboard>,
     spare_onboards: Vec<u32>,
-    /// The onboard of each flow by flow id (`OFFLOAD` for offloads).
+    /// The onboard of each flow by flow id.
     flow_onboard: Vec<u32>,
     done: Vec<FlowId>,
     scratch: Vec<BlockId>,
@@ -91,8 +89,8 @@ impl Tiers {
         };
         let g12 = gbps_to_bytes_per_ms(o.g1_g2_gbps);
         let g23 = gbps_to_bytes_per_ms(o.g2_g3_gbps);
-        let mut caps = vec![g12; 2 * n];
-        caps.extend(std::iter::repeat_n(g23, 2 * g3.len()));
+        let mut caps = vec![g12; n];
+        caps.extend(std::iter::repeat_n(g23, g3.len()));
         Ok(Some(Tiers {
             g2,
             net: LinkNetwork::new(caps)?,
@@ -112,12 +110,9 @@ impl Tiers {
         }))
     }
 
+    /// The rank's G2->G1 link.
     fn onboard_link(rank: usize) -> usize {
-        2 * rank
-    }
-
-    fn offload_link(rank: usize) -> usize {
-        2 * rank + 1
+        rank
     }
 
     fn g3_index(&self, rank: usize) -> usize {
@@ -128,39 +123,29 @@ impl Tiers {
         }
     }
 
+    /// The G3->G2 link of the rank's G3 pool.
     fn up_link(&self, rank: usize) -> usize {
-        2 * self.num_ranks + 2 * self.g3_index(rank)
-    }
-
-    fn down_link(&self, rank: usize) -> usize {
-        self.up_link(rank) + 1
+        self.num_ranks + self.g3_index(rank)
     }
 
     fn start(&mut self, now: f64, links: &[usize], bytes: f64, onboard: u32) -> Result<()> {
         let id = self.net.start_flow(now, links, bytes, None)?.0 as usize;
         if id >= self.flow_onboard.len() {
-            self.flow_onboard.resize(id + 1, OFFLOAD);
+            self.flow_onboard.resize(id + 1, 0);
         }
         self.flow_onboard[id] = onboard;
         Ok(())
     }
 
-    /// Offload the blocks G1 of `rank` evicted (`evicted`, least recent first) at `now`: new
-    /// ones move to G2 over the rank's G1->G2 link, and what that pushes out of G2 to G3.
-    pub fn offload(&mut self, now: f64, rank: usize, evicted: &[BlockId]) -> Result<()> {
-        let mut moved = 0u32;
-        for &h in evicted {
-            moved += u32::from(self.g2[rank].insert_or_touch(h));
-        }
+    /// Offload the blocks G1 of `rank` evicted (`evicted`, least recent first): new ones to
+    /// G2, and what that pushes out of G2 to G3.
+    pub fn offload(&mut self, rank: usize, evicted: &[BlockId]) {
+        let moved = self.g2[rank].insert_or_touch_all(evicted);
         let bb = self.block_bytes[rank];
-        if moved > 0 {
-            let bytes = f64::from(moved) * bb;
-            self.counters.offloaded_g2_blocks += u64::from(moved);
-            self.counters.offload_bytes += bytes;
-            self.start(now, &[Self::offload_link(rank)], bytes, OFFLOAD)?;
-        }
+        self.counters.offloaded_g2_blocks += u64::from(moved);
+        self.counters.offload_bytes += f64::from(moved) * bb;
         if !self.g2[rank].has_evicted() {
-            return Ok(());
+            return;
         }
         let mut pushed = std::mem::take(&mut self.scratch);
         pushed.clear();
@@ -169,20 +154,11 @@ impl Tiers {
             self.counters.dropped_blocks += pushed.len() as u64;
         } else {
             let g = self.g3_index(rank);
-            let mut moved = 0u32;
-            for &h in &pushed {
-                moved += u32::from(self.g3[g].insert_or_touch(h));
-            }
-            if moved > 0 {
-                let bytes = f64::from(moved) * bb;
-                self.counters.offloaded_g3_blocks += u64::from(moved);
-                self.counters.offload_bytes += bytes;
-                let link = self.down_link(rank);
-                self.start(now, &[link], bytes, OFFLOAD)?;
-            }
+            let moved = self.g3[g].insert_or_touch_all(&pushed);
+            self.counters.offloaded_g3_blocks += u64::from(moved);
+            self.counters.offload_bytes += f64::from(moved) * bb;
         }
         self.scratch = pushed;
-        Ok(())
     }
 
     /// Of `ids` (the prompt blocks after the G1 prefix hit), how many leading ones G2 of
@@ -209,12 +185,10 @@ impl Tiers {
         g3: &[BlockId],
     ) -> Result<()> {
         // A hit is a use: make the blocks the most recent of their tier.
-        for &h in g2 {
-            self.g2[rank].insert_or_touch(h);
-        }
+        self.g2[rank].insert_or_touch_all(g2);
         let g = self.g3_index(rank);
-        for &h in g3 {
-            self.g3[g].insert_or_touch(h);
+        if !g3.is_empty() {
+            self.g3[g].insert_or_touch_all(g3);
         }
         let onboard = Onboard {
             rank: rank as u32,
@@ -260,9 +234,6 @@ impl Tiers {
         self.net.pop_finished_into(now, &mut self.done)?;
         for f in &self.done {
             let k = self.flow_onboard[f.0 as usize];
-            if k == OFFLOAD {
-                continue;
-            }
             let o = &mut self.onboards[k as usize];
             o.flows_left -= 1;
             if o.flows_left == 0 {

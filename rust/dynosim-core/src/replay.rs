@@ -237,16 +237,15 @@ impl Cluster {
     }
 
     /// Offload tiers: hand what rank `r`'s G1 evicted since the last call to its G2.
-    fn offload_evicted(&mut self, r: usize, now: f64) -> Result<()> {
+    fn offload_evicted(&mut self, r: usize) {
         let Some(tiers) = &mut self.tiers else {
-            return Ok(());
+            return;
         };
         self.evicted.clear();
         self.ranks[r].drain_evicted_into(&mut self.evicted);
-        if self.evicted.is_empty() {
-            return Ok(());
+        if !self.evicted.is_empty() {
+            tiers.offload(r, &self.evicted);
         }
-        tiers.offload(now, r, &self.evicted)
     }
 
     /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
@@ -284,7 +283,8 @@ impl Cluster {
         }
         self.heads = heads;
         // Holding blocks may have evicted others.
-        self.offload_evicted(rank, now)
+        self.offload_evicted(rank);
+        Ok(())
     }
 
     /// Offload tiers: request `o` is onboarded at `now` and queues first on its rank.
@@ -340,7 +340,7 @@ impl Cluster {
                 continue;
             }
             let planned = rank.start_pass(now, records);
-            self.offload_evicted(r, now)?;
+            self.offload_evicted(r);
             let rank = &self.ranks[r];
             match planned {
                 Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
@@ -433,7 +433,7 @@ impl Cluster {
                     dst_handle,
                 });
             }
-            self.offload_evicted(rank, now)?;
+            self.offload_evicted(rank);
         }
         Ok(())
     }

@@ -100,6 +100,8 @@ fn evicted_prefix_is_onboarded_from_g2() {
     assert_eq!(o.offloaded_g2_blocks, 5);
     assert_eq!(o.offload_bytes, 5.0 * BLOCK_BYTES);
     assert_eq!(o.dropped_blocks, 0);
+    // Offloads move no flow (nothing else rides their links): one rate solve, C's onboard.
+    assert_eq!(o.rate_recomputations, 1);
     // Without tiers C reuses a1 and prefills the rest at once.
     let plain = phases(&[false]).replay(&config(1, None, None, false));
     assert_eq!(plain.derived.ttft_ms[c], 10.0);

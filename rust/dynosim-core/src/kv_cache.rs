@@ -96,11 +96,16 @@ impl KvCache {
                 }
                 continue;
             }
-            if self.inactive == self.capacity {
-                self.evict(1);
-            }
-            let index = self.name_slot(id, 0);
-            self.inactive += 1;
+            let index = if self.inactive == self.capacity {
+                // The evicted block's slot takes the new one.
+                let slot = self.pop_lru();
+                self.slots[slot as usize].id = id;
+                self.slot_of[id as usize] = slot + 1;
+                slot
+            } else {
+                self.inactive += 1;
+                self.name_slot(id, 0)
+            };
             self.push_back(index);
             new += 1;
         }
@@ -213,25 +218,33 @@ impl KvCache {
     /// Evict the `n` least recently used inactive blocks.
     fn evict(&mut self, n: u32) {
         for _ in 0..n {
-            let slot = self.lru_head;
-            debug_assert_ne!(slot, NIL, "eviction with no inactive block");
-            let Slot { id, next, .. } = self.slots[slot as usize];
-            // The head has no predecessor.
-            self.lru_head = next;
-            if next == NIL {
-                self.lru_tail = NIL;
-            } else {
-                self.slots[next as usize].prev = NIL;
-            }
-            debug_assert_eq!(self.slot_of[id as usize], slot + 1);
-            self.slot_of[id as usize] = 0;
+            let slot = self.pop_lru();
             self.spare_slots.push(slot);
-            if self.record_evicted {
-                self.evicted.push(id);
-            }
         }
         self.inactive -= n;
-        self.evictions += u64::from(n);
+    }
+
+    /// Evict the least recently used inactive block and return its slot, now nameless; the
+    /// caller reuses or spares the slot and counts the block out of `inactive`.
+    #[inline(always)]
+    fn pop_lru(&mut self) -> u32 {
+        let slot = self.lru_head;
+        debug_assert_ne!(slot, NIL, "eviction with no inactive block");
+        let Slot { id, next, .. } = self.slots[slot as usize];
+        // The head has no predecessor.
+        self.lru_head = next;
+        if next == NIL {
+            self.lru_tail = NIL;
+        } else {
+            self.slots[next as usize].prev = NIL;
+        }
+        debug_assert_eq!(self.slot_of[id as usize], slot + 1);
+        self.slot_of[id as usize] = 0;
+        self.evictions += 1;
+        if self.record_evicted {
+            self.evicted.push(id);
+        }
+        slot
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.

@@ -307,6 +307,7 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// Cache a request's blocks as the engine does: allocate, then name each full block.
     fn fill(cache: &mut KvCache, ids: &[BlockId]) -> Vec<u32> {
@@ -406,5 +407,422 @@ mod tests {
         c.allocate(1);
         assert_eq!(c.lookup(&[10]).blocks, 0);
         assert_eq!(c.lookup(&[30]).blocks, 1);
+    }
+
+    // Model-based property tests: the cache against a deliberately naive reference.
+
+    /// Block identities below this, so hits, duplicates and evictions are frequent.
+    const IDS: BlockId = 24;
+
+    /// A cached block of the reference model.
+    #[derive(Debug, Clone)]
+    struct Entry {
+        id: BlockId,
+        refcount: u32,
+        /// The clock when it last became inactive (larger is more recent).
+        released: u64,
+        /// The slot the cache gave it, once seen (`NIL` before).
+        slot: u32,
+    }
+
+    /// The reference: a list of cached blocks searched linearly, a count of private blocks,
+    /// and eviction of the inactive block released longest ago.
+    #[derive(Debug, Default)]
+    struct Model {
+        capacity: u32,
+        entries: Vec<Entry>,
+        private: u32,
+        clock: u64,
+        evictions: u64,
+        record: bool,
+        evicted: Vec<BlockId>,
+    }
+
+    impl Model {
+        fn new(capacity: u32, record: bool) -> Self {
+            Model {
+                capacity,
+                record,
+                ..Model::default()
+            }
+        }
+
+        fn find(&self, id: BlockId) -> Option<usize> {
+            self.entries.iter().position(|e| e.id == id)
+        }
+
+        fn active(&self) -> u32 {
+            self.private + self.entries.iter().filter(|e| e.refcount > 0).count() as u32
+        }
+
+        fn inactive(&self) -> u32 {
+            self.entries.iter().filter(|e| e.refcount == 0).count() as u32
+        }
+
+        fn tick(&mut self) -> u64 {
+            self.clock += 1;
+            self.clock
+        }
+
+        fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
+            let mut hit = PrefixHit {
+                blocks: 0,
+                inactive: 0,
+            };
+            for &id in ids {
+                let Some(i) = self.find(id) else { break };
+                hit.blocks += 1;
+                if self.entries[i].refcount == 0 {
+                    hit.inactive += 1;
+                }
+            }
+            hit
+        }
+
+        fn evict_one(&mut self) {
+            let mut victim: Option<usize> = None;
+            for i in 0..self.entries.len() {
+                if self.entries[i].refcount == 0
+                    && victim.is_none_or(|v| self.entries[i].released < self.entries[v].released)
+                {
+                    victim = Some(i);
+                }
+            }
+            let e = self
+                .entries
+                .remove(victim.expect("model: eviction with no inactive block"));
+            self.evictions += 1;
+            if self.record {
+                self.evicted.push(e.id);
+            }
+        }
+
+        /// Takes a reference on cached `id`; returns its slot if known.
+        fn acquire(&mut self, id: BlockId) -> u32 {
+            let i = self.find(id).expect("model: acquire of an uncached block");
+            self.entries[i].refcount += 1;
+            self.entries[i].slot
+        }
+
+        fn allocate(&mut self, n: u32) {
+            while self.capacity - self.active() - self.inactive() < n {
+                self.evict_one();
+            }
+            self.private += n;
+        }
+
+        /// Names one private block `id`; false when `id` is cached already.
+        fn register(&mut self, id: BlockId) -> bool {
+            if self.find(id).is_some() {
+                return false;
+            }
+            self.private -= 1;
+            self.entries.push(Entry {
+                id,
+                refcount: 1,
+                released: 0,
+                slot: NIL,
+            });
+            true
+        }
+
+        /// Drops references on `ids` (block order), last block first, and `private` blocks.
+        fn release(&mut self, ids: &[BlockId], private: u32) {
+            self.private -= private;
+            for &id in ids.iter().rev() {
+                let i = self.find(id).expect("model: release of an uncached block");
+                self.entries[i].refcount -= 1;
+                if self.entries[i].refcount == 0 {
+                    self.entries[i].released = self.tick();
+                }
+            }
+        }
+
+        fn insert_or_touch_all(&mut self, ids: &[BlockId]) -> u32 {
+            let mut new = 0;
+            for &id in ids {
+                if let Some(i) = self.find(id) {
+                    self.entries[i].released = self.tick();
+                    continue;
+                }
+                if self.inactive() == self.capacity {
+                    self.evict_one();
+                }
+                let released = self.tick();
+                self.entries.push(Entry {
+                    id,
+                    refcount: 0,
+                    released,
+                    slot: NIL,
+                });
+                new += 1;
+            }
+            new
+        }
+    }
+
+    /// Everything observable of the cache agrees with the model; drains recorded evictions.
+    fn check_against(
+        cache: &mut KvCache,
+        model: &mut Model,
+        prompts: &[Vec<BlockId>],
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(cache.capacity(), model.capacity);
+        prop_assert_eq!(cache.active(), model.active());
+        prop_assert_eq!(cache.inactive(), model.inactive());
+        prop_assert_eq!(cache.available(), model.capacity - model.active());
+        prop_assert!(model.active() + model.inactive() <= model.capacity);
+        prop_assert_eq!(cache.evictions(), model.evictions);
+        // Slots are reused: a new one is made only when no spare is left, so never more than
+        // the capacity exist.
+        prop_assert!(cache.slots.len() <= model.capacity as usize);
+        for prompt in prompts {
+            prop_assert_eq!(
+                cache.lookup(prompt),
+                model.lookup(prompt),
+                "prompt {:?}",
+                prompt
+            );
+        }
+        for id in 0..IDS {
+            prop_assert_eq!(cache.lookup(&[id]), model.lookup(&[id]), "id {}", id);
+        }
+        prop_assert_eq!(cache.has_evicted(), !model.evicted.is_empty());
+        let mut got = Vec::new();
+        cache.drain_evicted_into(&mut got);
+        prop_assert_eq!(got, std::mem::take(&mut model.evicted));
+        prop_assert!(!cache.has_evicted());
+        Ok(())
+    }
+
+    /// What a simulated request holds while admitted.
+    #[derive(Debug, Default)]
+    struct Held {
+        /// Named blocks in block order: the cache's slots and the model's identities.
+        slots: Vec<u32>,
+        ids: Vec<BlockId>,
+        private: u32,
+        /// Prompt blocks before this are named (or stayed private as duplicates).
+        named: usize,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Admit request `r` (if not held and it fits) with `extra` blocks beyond its prompt.
+        Admit {
+            r: usize,
+            extra: u32,
+        },
+        /// Name up to `k` more of its prompt blocks, one `register` at a time or all at once.
+        Fill {
+            r: usize,
+            k: usize,
+            single: bool,
+        },
+        /// Take `n` more private blocks (generated tokens), if they fit.
+        Grow {
+            r: usize,
+            n: u32,
+        },
+        Release {
+            r: usize,
+        },
+        /// LRU-set use of the same cache, only while no request holds anything.
+        Touch {
+            ids: Vec<BlockId>,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0usize..4, 0u32..2).prop_map(|(r, extra)| Op::Admit { r, extra }),
+            3 => (0usize..4, 0usize..4, any::<bool>())
+                .prop_map(|(r, k, single)| Op::Fill { r, k, single }),
+            1 => (0usize..4, 1u32..3).prop_map(|(r, n)| Op::Grow { r, n }),
+            2 => (0usize..4).prop_map(|r| Op::Release { r }),
+            1 => prop::collection::vec(0..IDS, 0..5).prop_map(|ids| Op::Touch { ids }),
+        ]
+    }
+
+    /// Up to four prompts, each a prefix of one of two base prompts plus a random tail, so
+    /// prompts share prefixes, repeat identities and collide.
+    fn request_prompts() -> impl Strategy<Value = Vec<Vec<BlockId>>> {
+        let base = prop::collection::vec(0..IDS, 5);
+        let request = (0usize..2, 0usize..=5, prop::collection::vec(0..IDS, 0..3));
+        (
+            prop::collection::vec(base, 2),
+            prop::collection::vec(request, 1..=4),
+        )
+            .prop_map(|(bases, requests)| {
+                requests
+                    .into_iter()
+                    .map(|(b, k, tail)| bases[b][..k].iter().copied().chain(tail).collect())
+                    .collect()
+            })
+    }
+
+    proptest! {
+        /// Requests admitted, filled, grown and released in random order leave the cache
+        /// exactly where a naive list of cached blocks with release timestamps would be.
+        #[test]
+        fn requests_agree_with_a_naive_model(
+            capacity in 1u32..10,
+            record in any::<bool>(),
+            prompts in request_prompts(),
+            ops in prop::collection::vec(op(), 1..100),
+        ) {
+            let mut cache = KvCache::new(capacity, IDS);
+            let mut model = Model::new(capacity, record);
+            if record {
+                cache.record_evictions();
+            }
+            let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();
+            for op in ops {
+                match op {
+                    Op::Admit { r, extra } => {
+                        let r = r % prompts.len();
+                        if held[r].is_some() {
+                            continue;
+                        }
+                        let prompt = &prompts[r];
+                        let hit = cache.lookup(prompt);
+                        prop_assert_eq!(hit, model.lookup(prompt));
+                        let need = (prompt.len() as u32 - hit.blocks) + extra;
+                        if cache.available() < hit.inactive + need {
+                            continue;
+                        }
+                        let mut h = Held::default();
+                        for &id in &prompt[..hit.blocks as usize] {
+                            let slot = cache.acquire(id);
+                            let known = model.acquire(id);
+                            if known == NIL {
+                                let i = model.find(id).unwrap();
+                                model.entries[i].slot = slot;
+                            } else {
+                                prop_assert_eq!(slot, known, "acquire({})", id);
+                            }
+                            h.slots.push(slot);
+                            h.ids.push(id);
+                        }
+                        cache.allocate(need);
+                        model.allocate(need);
+                        h.private = need;
+                        h.named = hit.blocks as usize;
+                        held[r] = Some(h);
+                    }
+                    Op::Fill { r, k, single } => {
+                        let r = r % prompts.len();
+                        let Some(h) = held[r].as_mut() else { continue };
+                        let end = (h.named + k).min(prompts[r].len());
+                        let ids = &prompts[r][h.named..end];
+                        let before = h.slots.len();
+                        if single {
+                            for &id in ids {
+                                if let Some(slot) = cache.register(id) {
+                                    h.slots.push(slot);
+                                }
+                            }
+                        } else {
+                            let n = cache.register_all(ids, &mut h.slots);
+                            prop_assert_eq!(n as usize, h.slots.len() - before);
+                        }
+                        let mut named = Vec::new();
+                        for &id in ids {
+                            if model.register(id) {
+                                named.push(id);
+                            }
+                        }
+                        prop_assert_eq!(h.slots.len() - before, named.len(), "naming {:?}", ids);
+                        for (&id, &slot) in named.iter().zip(&h.slots[before..]) {
+                            // A new name takes a slot no cached block holds.
+                            prop_assert!(model.entries.iter().all(|e| e.slot != slot));
+                            let i = model.find(id).unwrap();
+                            model.entries[i].slot = slot;
+                        }
+                        h.ids.extend(&named);
+                        h.private -= named.len() as u32;
+                        h.named = end;
+                    }
+                    Op::Grow { r, n } => {
+                        let r = r % prompts.len();
+                        let Some(h) = held[r].as_mut() else { continue };
+                        if cache.available() < n {
+                            continue;
+                        }
+                        cache.allocate(n);
+                        model.allocate(n);
+                        h.private += n;
+                    }
+                    Op::Release { r } => {
+                        let r = r % prompts.len();
+                        let Some(h) = held[r].take() else { continue };
+                        cache.release(&h.slots, h.private);
+                        model.release(&h.ids, h.private);
+                    }
+                    Op::Touch { ids } => {
+                        if held.iter().any(Option::is_some) {
+                            continue;
+                        }
+                        prop_assert_eq!(
+                            cache.insert_or_touch_all(&ids),
+                            model.insert_or_touch_all(&ids)
+                        );
+                    }
+                }
+                check_against(&mut cache, &mut model, &prompts)?;
+            }
+            // Everything released, nothing is active.
+            for h in held.iter_mut() {
+                if let Some(h) = h.take() {
+                    cache.release(&h.slots, h.private);
+                    model.release(&h.ids, h.private);
+                }
+            }
+            prop_assert_eq!(cache.active(), 0);
+            check_against(&mut cache, &mut model, &prompts)?;
+        }
+
+        /// As an LRU set (offload tiers), the cache inserts, touches and evicts exactly like
+        /// a naive list ordered by last use.
+        #[test]
+        fn lru_set_agrees_with_a_naive_model(
+            capacity in 1u32..6,
+            batches in prop::collection::vec(
+                (prop::collection::vec(0u32..12, 0..8), any::<bool>()),
+                1..20,
+            ),
+        ) {
+            let mut cache = KvCache::new(capacity, IDS);
+            let mut model = Model::new(capacity, true);
+            cache.record_evictions();
+            let mut pending = Vec::new();
+            for (ids, drain) in batches {
+                prop_assert_eq!(
+                    cache.insert_or_touch_all(&ids),
+                    model.insert_or_touch_all(&ids),
+                    "batch {:?}",
+                    ids
+                );
+                prop_assert_eq!(cache.active(), 0);
+                prop_assert_eq!(cache.inactive(), model.inactive());
+                prop_assert_eq!(cache.evictions(), model.evictions);
+                prop_assert!(cache.slots.len() <= capacity as usize);
+                for id in 0..IDS {
+                    prop_assert_eq!(cache.lookup(&[id]), model.lookup(&[id]), "id {}", id);
+                }
+                prop_assert_eq!(cache.lookup(&ids), model.lookup(&ids));
+                // Evictions accumulate in order until drained.
+                pending.append(&mut model.evicted);
+                prop_assert_eq!(cache.has_evicted(), !pending.is_empty());
+                if drain {
+                    let mut got = vec![IDS];
+                    cache.drain_evicted_into(&mut got);
+                    prop_assert_eq!(got[0], IDS);
+                    prop_assert_eq!(&got[1..], &pending[..]);
+                    pending.clear();
+                    prop_assert!(!cache.has_evicted());
+                }
+            }
+        }
     }
 }

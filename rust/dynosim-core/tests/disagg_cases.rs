@@ -180,3 +180,20 @@ fn first_token_after_the_first_decode_pass() {
     let r = at_zero(&[1], 1).replay(&c);
     assert_eq!(r.derived.e2e_ms, [10.0 + 128.0 + 1.0]);
 }
+
+#[test]
+fn decode_workers_name_blocks_at_their_own_block_size() {
+    // Prefill blocks of 16 tokens, decode blocks of 48; 64-token trace blocks. B shares its
+    // first 64 tokens with A: 4 prefill blocks, but only 1 decode block (tokens 0..48; the
+    // next, 48..96, reaches B's second trace block), so 80 of its 128 tokens move.
+    let mut c = disagg(1, 1, None);
+    c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
+    c.engine.block_size = 16;
+    let mut decode = c.engine.clone();
+    decode.block_size = 48;
+    c.decode.engine = Some(decode);
+    let rows = Rows::new(64, &[(0.0, 128, 2, &[7, 8]), (1000.0, 128, 2, &[7, 9])]);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.reused_tokens, [0, 64]);
+    assert_eq!(r.records.transfer_bytes, [128e6, 80e6]);
+}

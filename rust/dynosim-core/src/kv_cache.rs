@@ -14,7 +14,7 @@ const NIL: u32 = u32::MAX;
 struct Slot {
     id: BlockId,
     refcount: u32,
-    // LRU links, meaningful while refcount == 0.
+    // LRU links, meaningful while refcount == 0; `next` also chains spare slots.
     prev: u32,
     next: u32,
 }
@@ -29,7 +29,8 @@ pub struct KvCache {
     /// array replaces a hash table (4 bytes per distinct block of the workload).
     slot_of: Vec<u32>,
     slots: Vec<Slot>,
-    spare_slots: Vec<u32>,
+    /// The first spare slot (no identity), the others chained through `next`.
+    spare: u32,
     lru_head: u32,
     lru_tail: u32,
     evictions: u64,
@@ -57,7 +58,7 @@ impl KvCache {
             inactive: 0,
             slot_of: vec![0; ids as usize],
             slots: Vec::with_capacity(capacity as usize),
-            spare_slots: Vec::new(),
+            spare: NIL,
             lru_head: NIL,
             lru_tail: NIL,
             evictions: 0,
@@ -192,6 +193,7 @@ impl KvCache {
     /// many were named (the others stay private).
     pub fn register_all(&mut self, ids: &[BlockId], slots: &mut Vec<u32>) -> u32 {
         let before = slots.len();
+        slots.reserve(ids.len());
         for &id in ids {
             if self.slot_of[id as usize] == 0 {
                 slots.push(self.name_slot(id, 1));
@@ -219,7 +221,8 @@ impl KvCache {
     fn evict(&mut self, n: u32) {
         for _ in 0..n {
             let slot = self.pop_lru();
-            self.spare_slots.push(slot);
+            self.slots[slot as usize].next = self.spare;
+            self.spare = slot;
         }
         self.inactive -= n;
     }
@@ -256,15 +259,14 @@ impl KvCache {
             prev: NIL,
             next: NIL,
         };
-        let index = match self.spare_slots.pop() {
-            Some(i) => {
-                self.slots[i as usize] = slot;
-                i
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
+        let index = if self.spare == NIL {
+            self.slots.push(slot);
+            (self.slots.len() - 1) as u32
+        } else {
+            let i = self.spare;
+            self.spare = self.slots[i as usize].next;
+            self.slots[i as usize] = slot;
+            i
         };
         self.slot_of[id as usize] = index + 1;
         index

@@ -105,26 +105,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    fn workload<'a>(
-        ids: &'a [u64],
-        offsets: &'a [u64],
-        input: &'a [u32],
-        output: &'a [u32],
-        arrival: &'a [f64],
-        tbs: u32,
-    ) -> Workload<'a> {
-        Workload {
-            arrival_ms: arrival,
-            input_length: input,
-            output_length: output,
-            hash_offsets: offsets,
-            hash_ids: ids,
-            trace_block_size: tbs,
-            session: None,
-            delay_ms: None,
-        }
-    }
+    use crate::workload::tests::columns as workload;
 
     #[test]
     fn shared_trace_prefix_gives_shared_engine_blocks() {

@@ -144,19 +144,22 @@ impl<'a> Workload<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn two_requests<'a>(
+    /// A workload over the given columns (no sessions).
+    pub(crate) fn columns<'a>(
         ids: &'a [u64],
         offsets: &'a [u64],
         input: &'a [u32],
+        output: &'a [u32],
+        arrival: &'a [f64],
         tbs: u32,
     ) -> Workload<'a> {
         Workload {
-            arrival_ms: &[0.0, 0.0],
+            arrival_ms: arrival,
             input_length: input,
-            output_length: &[1, 1],
+            output_length: output,
             hash_offsets: offsets,
             hash_ids: ids,
             trace_block_size: tbs,
@@ -186,7 +189,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_row() {
-        let w = two_requests(&[1, 2], &[0, 1, 2], &[512, 513], 512);
+        let w = columns(&[1, 2], &[0, 1, 2], &[512, 513], &[1, 1], &[0.0; 2], 512);
         let err = w.validate().unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -19,15 +19,49 @@ struct Slot {
     next: u32,
 }
 
+/// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
+/// array replaces a hash table; its entries are 2 bytes when the slots fit (up to 65,535
+/// blocks), as the array spans every distinct block of the workload.
+#[derive(Debug, Clone)]
+enum SlotIndex {
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
+}
+
+impl SlotIndex {
+    fn new(capacity: u32, ids: BlockId) -> Self {
+        if capacity < u32::from(u16::MAX) {
+            SlotIndex::Narrow(vec![0; ids as usize])
+        } else {
+            SlotIndex::Wide(vec![0; ids as usize])
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, id: BlockId) -> u32 {
+        match self {
+            SlotIndex::Narrow(v) => u32::from(v[id as usize]),
+            SlotIndex::Wide(v) => v[id as usize],
+        }
+    }
+
+    #[inline(always)]
+    fn set(&mut self, id: BlockId, value: u32) {
+        match self {
+            // Values are at most the capacity, below u16::MAX here.
+            SlotIndex::Narrow(v) => v[id as usize] = value as u16,
+            SlotIndex::Wide(v) => v[id as usize] = value,
+        }
+    }
+}
+
 /// The cache of one worker. Slot indices handed out stay valid until the caller releases them.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     capacity: u32,
     active: u32,
     inactive: u32,
-    /// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
-    /// array replaces a hash table (4 bytes per distinct block of the workload).
-    slot_of: Vec<u32>,
+    slot_of: SlotIndex,
     slots: Vec<Slot>,
     /// The first spare slot (no identity), the others chained through `next`.
     spare: u32,
@@ -56,7 +90,7 @@ impl KvCache {
             capacity,
             active: 0,
             inactive: 0,
-            slot_of: vec![0; ids as usize],
+            slot_of: SlotIndex::new(capacity, ids),
             slots: Vec::with_capacity(capacity as usize),
             spare: NIL,
             lru_head: NIL,
@@ -101,7 +135,7 @@ impl KvCache {
                 // The evicted block's slot takes the new one.
                 let slot = self.pop_lru();
                 self.slots[slot as usize].id = id;
-                self.slot_of[id as usize] = slot + 1;
+                self.slot_of.set(id, slot + 1);
                 slot
             } else {
                 self.inactive += 1;
@@ -183,7 +217,7 @@ impl KvCache {
     /// its slot, or `None` when another request cached the same content first (the block then
     /// stays private).
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        if self.slot_of[id as usize] != 0 {
+        if self.slot_of.get(id) != 0 {
             return None;
         }
         Some(self.name_slot(id, 1))
@@ -195,7 +229,7 @@ impl KvCache {
         let before = slots.len();
         slots.reserve(ids.len());
         for &id in ids {
-            if self.slot_of[id as usize] == 0 {
+            if self.slot_of.get(id) == 0 {
                 slots.push(self.name_slot(id, 1));
             }
         }
@@ -241,8 +275,8 @@ impl KvCache {
         } else {
             self.slots[next as usize].prev = NIL;
         }
-        debug_assert_eq!(self.slot_of[id as usize], slot + 1);
-        self.slot_of[id as usize] = 0;
+        debug_assert_eq!(self.slot_of.get(id), slot + 1);
+        self.slot_of.set(id, 0);
         self.evictions += 1;
         if self.record_evicted {
             self.evicted.push(id);
@@ -268,12 +302,12 @@ impl KvCache {
             self.slots[i as usize] = slot;
             i
         };
-        self.slot_of[id as usize] = index + 1;
+        self.slot_of.set(id, index + 1);
         index
     }
 
     fn find(&self, id: BlockId) -> Option<u32> {
-        self.slot_of[id as usize].checked_sub(1)
+        self.slot_of.get(id).checked_sub(1)
     }
 
     fn push_back(&mut self, slot: u32) {

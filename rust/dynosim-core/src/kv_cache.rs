@@ -431,6 +431,20 @@ mod tests {
     }
 
     #[test]
+    fn caches_past_65535_blocks_index_wide() {
+        let ids: Vec<BlockId> = (0..70_000).collect();
+        let mut c = KvCache::new(70_000, 80_000);
+        assert!(matches!(c.slot_of, SlotIndex::Wide(_)));
+        let slots = fill(&mut c, &ids);
+        assert_eq!(slots[69_999], 69_999);
+        c.release(&slots, 0);
+        c.allocate(2); // the request's last two blocks go first
+        assert_eq!(c.lookup(&ids).blocks, 69_998);
+        assert_eq!(c.lookup(&[69_998]).blocks, 0);
+        assert!(matches!(KvCache::new(65_534, 8).slot_of, SlotIndex::Narrow(_)));
+    }
+
+    #[test]
     fn lru_order_follows_release_order() {
         let mut c = KvCache::new(3, 64);
         let a = fill(&mut c, &[10]);

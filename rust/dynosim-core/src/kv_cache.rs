@@ -441,7 +441,10 @@ mod tests {
         c.allocate(2); // the request's last two blocks go first
         assert_eq!(c.lookup(&ids).blocks, 69_998);
         assert_eq!(c.lookup(&[69_998]).blocks, 0);
-        assert!(matches!(KvCache::new(65_534, 8).slot_of, SlotIndex::Narrow(_)));
+        assert!(matches!(
+            KvCache::new(65_534, 8).slot_of,
+            SlotIndex::Narrow(_)
+        ));
     }
 
     #[test]

@@ -20,7 +20,7 @@ struct Slot {
 }
 
 /// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
-/// array replaces a hash table; its entries are 2 bytes when the slots fit (up to 65,535
+/// array replaces a hash table; its entries are 2 bytes when the slots fit (fewer than 65,535
 /// blocks), as the array spans every distinct block of the workload.
 #[derive(Debug, Clone)]
 enum SlotIndex {

@@ -216,6 +216,7 @@ impl KvCache {
     /// Give identity `id` to one of the caller's private blocks now that it is full. Returns
     /// its slot, or `None` when another request cached the same content first (the block then
     /// stays private).
+    #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
         if self.slot_of.get(id) != 0 {
             return None;
@@ -229,8 +230,8 @@ impl KvCache {
         let before = slots.len();
         slots.reserve(ids.len());
         for &id in ids {
-            if self.slot_of.get(id) == 0 {
-                slots.push(self.name_slot(id, 1));
+            if let Some(slot) = self.register(id) {
+                slots.push(slot);
             }
         }
         (slots.len() - before) as u32

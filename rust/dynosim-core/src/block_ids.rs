@@ -54,7 +54,7 @@ impl BlockIds {
             let trace = workload.hashes(i);
             let full = u64::from(workload.input_length[i]) / bs;
             let mut parent = ROOT;
-            // Trace block `j` holds the last tokens of engine blocks `first_k(j)..first_k(j + 1)`.
+            // Trace block `j` holds the last tokens of engine blocks `lo..hi`.
             let mut j = 0u64;
             while j * tbs < full * bs {
                 let (lo, hi) = (j * tbs / bs, (j + 1) * tbs / bs);
@@ -66,7 +66,8 @@ impl BlockIds {
                 });
                 if next_id > u64::from(BlockId::MAX) {
                     return Err(SimError::WorkloadShape(format!(
-                        "more than {} distinct prompt blocks at block size {block_size}",
+                        "more than {} distinct prompt blocks at block size {block_size} (by \
+                         request {i}); a larger block size names fewer",
                         BlockId::MAX - first_id
                     )));
                 }

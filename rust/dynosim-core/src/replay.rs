@@ -624,7 +624,7 @@ fn run(
     progress: Option<&AtomicU64>,
     chain_plain_passes: bool,
 ) -> Result<Report> {
-    config.validate()?;
+    config.check_replayable()?;
     workload.validate()?;
     let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
     let mut cluster = Cluster::new(config, workload, ends_send)?;

@@ -342,18 +342,7 @@ impl Report {
             })
             .count() as u64;
         let cluster = &config.cluster;
-        let gpus = |role: Role| config.role(role).0.gpus_per_worker();
-        let (num_workers, num_gpus) = match cluster.mode {
-            ServingMode::Aggregated => (
-                cluster.num_workers,
-                cluster.num_workers * gpus(Role::Aggregated),
-            ),
-            ServingMode::Disaggregated => (
-                cluster.num_prefill_workers + cluster.num_decode_workers,
-                cluster.num_prefill_workers * gpus(Role::Prefill)
-                    + cluster.num_decode_workers * gpus(Role::Decode),
-            ),
-        };
+        let (num_workers, num_gpus) = (config.num_workers(), config.num_gpus());
         let offload = counters.tiers.as_ref().map(|t| {
             // Tiers serve the ranks requests queue on: aggregated or prefill ones.
             let role = match cluster.mode {

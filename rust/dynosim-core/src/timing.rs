@@ -1,6 +1,6 @@
 //! GPU step time of one forward pass (SPEC section 4).
 
-use crate::config::{TableTiming, TimingConfig};
+use crate::config::{FixedTiming, PolynomialTiming, TimingConfig};
 
 /// What one pass computes, as the timing models see it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -59,7 +59,8 @@ impl Grid2 {
 
 #[derive(Debug, Clone)]
 enum Model {
-    Config(TimingConfig),
+    Polynomial(PolynomialTiming),
+    Fixed(FixedTiming),
     Table { prefill: Grid2, decode: Grid2 },
 }
 
@@ -72,20 +73,18 @@ pub struct StepTimer {
 }
 
 impl StepTimer {
+    /// The model of `config` for a worker whose cache holds `kv_capacity_tokens` tokens.
     pub fn new(config: TimingConfig, kv_capacity_tokens: u64) -> Self {
-        let model = match &config {
-            TimingConfig::Table(TableTiming {
-                prefill_tokens,
-                prefill_batch,
-                prefill_ms,
-                decode_batch,
-                decode_context,
-                decode_ms,
-            }) => Model::Table {
-                prefill: Grid2::new(prefill_tokens, prefill_batch, prefill_ms),
-                decode: Grid2::new(decode_batch, decode_context, decode_ms),
+        let model = match config {
+            TimingConfig::Polynomial(p) => Model::Polynomial(p),
+            TimingConfig::Fixed(f) => Model::Fixed(f),
+            TimingConfig::Table(t) => Model::Table {
+                prefill: Grid2::new(&t.prefill_tokens, &t.prefill_batch, &t.prefill_ms),
+                decode: Grid2::new(&t.decode_batch, &t.decode_context, &t.decode_ms),
             },
-            _ => Model::Config(config),
+            TimingConfig::Aic(_) => {
+                unreachable!("aic timing is resolved to tables before a replay (check_replayable)")
+            }
         };
         StepTimer {
             model,
@@ -112,29 +111,27 @@ impl StepTimer {
     fn prefill_ms(&self, shape: &PassShape) -> f64 {
         let t = shape.prefill_tokens as f64;
         match &self.model {
-            Model::Config(TimingConfig::Polynomial(p)) => {
+            Model::Polynomial(p) => {
                 (4.209989e-7 * t * t + 1.518344e-2 * t + 16.50142) / p.speedup_ratio
             }
-            Model::Config(TimingConfig::Fixed(f)) => f.prefill_ms,
+            Model::Fixed(f) => f.prefill_ms,
             Model::Table { prefill, .. } => prefill.at(t, f64::from(shape.prefill_requests)),
-            Model::Config(TimingConfig::Table(_)) => unreachable!("tables are compiled to grids"),
         }
     }
 
     fn decode_ms(&self, shape: &PassShape) -> f64 {
         let kv = shape.decode_kv_tokens as f64;
         match &self.model {
-            Model::Config(TimingConfig::Polynomial(p)) => {
+            Model::Polynomial(p) => {
                 let load = (kv / self.kv_capacity_tokens).min(1.0);
                 let ms = (-25.74 * load * load + 54.01 * load + 5.74).max(1.0);
                 ms / (p.speedup_ratio * p.decode_speedup_ratio)
             }
-            Model::Config(TimingConfig::Fixed(f)) => f.decode_ms,
+            Model::Fixed(f) => f.decode_ms,
             Model::Table { decode, .. } => {
                 let batch = f64::from(shape.decode_requests);
                 decode.at(batch, kv / batch)
             }
-            Model::Config(TimingConfig::Table(_)) => unreachable!("tables are compiled to grids"),
         }
     }
 }
@@ -142,7 +139,7 @@ impl StepTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FixedTiming, PolynomialTiming};
+    use crate::config::TableTiming;
 
     fn poly(speedup: f64, decode_speedup: f64) -> StepTimer {
         StepTimer::new(

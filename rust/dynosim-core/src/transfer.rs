@@ -37,10 +37,9 @@ pub struct Transport {
 
 impl Transport {
     pub fn new(config: &KvTransferConfig, num_prefill: usize, num_decode: usize) -> Result<Self> {
-        let capacity = config.bandwidth_gbps.map(|send| {
-            let recv = config.decode_bandwidth_gbps.unwrap_or(send);
-            (gbps_to_bytes_per_ms(send), gbps_to_bytes_per_ms(recv))
-        });
+        let capacity = config
+            .bandwidths_gbps()
+            .map(|(send, recv)| (gbps_to_bytes_per_ms(send), gbps_to_bytes_per_ms(recv)));
         let kind = match (capacity, config.link_model()) {
             (Some((send, recv)), LinkModel::MaxMin) => {
                 let mut caps = vec![send; num_prefill];

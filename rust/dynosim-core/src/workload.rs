@@ -1,6 +1,8 @@
 //! The columnar request table a replay reads, borrowed from the caller (numpy arrays in Python),
 //! and the prefix identity of its KV blocks.
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::error::{Result, SimError};
 
 /// Requests in columns. Request `i` owns `hash_ids[hash_offsets[i]..hash_offsets[i + 1]]`, one
@@ -48,6 +50,16 @@ impl<'a> Workload<'a> {
                 self.output_length.len()
             )));
         }
+        for (name, len) in [
+            ("session", self.session.map(<[i64]>::len)),
+            ("delay_ms", self.delay_ms.map(<[f64]>::len)),
+        ] {
+            if let Some(len) = len.filter(|&len| len != n) {
+                return Err(SimError::WorkloadShape(format!(
+                    "{name} must have one entry per request ({n}), got {len}"
+                )));
+            }
+        }
         if self.hash_offsets.len() != n + 1 {
             return Err(SimError::WorkloadShape(format!(
                 "hash_offsets must have {} entries (requests + 1), got {}",
@@ -68,7 +80,8 @@ impl<'a> Workload<'a> {
                 "trace_block_size must be >= 1".into(),
             ));
         }
-        let mut previous = 0.0_f64;
+        let mut previous = f64::NEG_INFINITY;
+        let mut seen: FxHashSet<i64> = FxHashSet::default();
         for i in 0..n {
             let bad = |message: String| {
                 Err(SimError::Workload {
@@ -79,7 +92,8 @@ impl<'a> Workload<'a> {
             let t = self.arrival_ms[i];
             if !t.is_finite() || t < previous {
                 return bad(format!(
-                    "arrival_ms must be finite and non-decreasing, got {t} after {previous}"
+                    "arrival_ms must be finite and non-decreasing, got {t} after {}",
+                    self.arrival_ms[i.saturating_sub(1)]
                 ));
             }
             previous = t;
@@ -89,14 +103,26 @@ impl<'a> Workload<'a> {
             if self.output_length[i] == 0 {
                 return bad("output_length must be >= 1, got 0".into());
             }
-            if let Some(d) = self.delay_ms.map(|d| d[i]) {
-                if !(d.is_nan() || (d.is_finite() && d >= 0.0)) {
+            let s = self.session.map_or(-1, |s| s[i]);
+            if s < -1 {
+                return bad(format!("session must be >= 0, or -1 for none, got {s}"));
+            }
+            let first_turn = s >= 0 && seen.insert(s);
+            if let Some(d) = self.delay_ms.map(|d| d[i]).filter(|d| !d.is_nan()) {
+                if !(d.is_finite() && d >= 0.0) {
                     return bad(format!("delay_ms must be >= 0 ms or NaN (unset), got {d}"));
                 }
-            }
-            if let Some(s) = self.session.map(|s| s[i]) {
-                if s < -1 {
-                    return bad(format!("session must be >= 0, or -1 for none, got {s}"));
+                if s < 0 {
+                    return bad(format!(
+                        "delay_ms applies between turns of a session, but this request has no \
+                         session; got {d}"
+                    ));
+                }
+                if first_turn {
+                    return bad(format!(
+                        "delay_ms: this request is the first turn of its session, which is sent \
+                         at its arrival; expected NaN (no delay), got {d}"
+                    ));
                 }
             }
             let (lo, hi) = (self.hash_offsets[i], self.hash_offsets[i + 1]);
@@ -124,20 +150,16 @@ impl<'a> Workload<'a> {
         let Some(session) = self.session else {
             return (next, follows);
         };
-        let mut last: Vec<u32> = Vec::new();
+        // The last turn seen of each session (looked up, never iterated).
+        let mut last: FxHashMap<i64, u32> = FxHashMap::default();
         for (i, &s) in session.iter().enumerate() {
             if s < 0 {
                 continue;
             }
-            let s = s as usize;
-            if s >= last.len() {
-                last.resize(s + 1, u32::MAX);
-            }
-            if last[s] != u32::MAX {
-                next[last[s] as usize] = i as u32;
+            if let Some(prev) = last.insert(s, i as u32) {
+                next[prev as usize] = i as u32;
                 follows[i] = true;
             }
-            last[s] = i as u32;
         }
         (next, follows)
     }
@@ -194,6 +216,71 @@ pub(crate) mod tests {
         assert_eq!(
             err.to_string(),
             "workload request 1: 1 hash ids cover 512 tokens, fewer than input_length 513"
+        );
+    }
+    #[test]
+    fn sparse_session_ids_link_turns() {
+        let session = [1_000_000_000_000i64, -1, 1_000_000_000_000, 5];
+        let delay = [f64::NAN, f64::NAN, 3.0, f64::NAN];
+        let w = Workload {
+            session: Some(&session),
+            delay_ms: Some(&delay),
+            ..columns(
+                &[1, 2, 3, 4],
+                &[0, 1, 2, 3, 4],
+                &[1; 4],
+                &[1; 4],
+                &[0.0; 4],
+                512,
+            )
+        };
+        w.validate().unwrap();
+        let (next, follows) = w.session_turns();
+        assert_eq!(next, [2, u32::MAX, u32::MAX, u32::MAX]);
+        assert_eq!(follows, [false, false, true, false]);
+    }
+
+    #[test]
+    fn delays_belong_to_later_turns() {
+        let ids = [1, 2];
+        let check = |session: [i64; 2], delay: [f64; 2]| {
+            let w = Workload {
+                session: Some(&session),
+                delay_ms: Some(&delay),
+                ..columns(&ids, &[0, 1, 2], &[1; 2], &[1; 2], &[0.0; 2], 512)
+            };
+            w.validate().map_err(|e| e.to_string())
+        };
+        assert!(check([0, 0], [f64::NAN, 2.0]).is_ok());
+        assert_eq!(
+            check([0, 0], [1.0, f64::NAN]).unwrap_err(),
+            "workload request 0: delay_ms: this request is the first turn of its session, \
+             which is sent at its arrival; expected NaN (no delay), got 1"
+        );
+        assert!(check([-1, 0], [f64::NAN, 0.0])
+            .unwrap_err()
+            .contains("first turn"));
+        assert!(check([0, -1], [f64::NAN, 4.0])
+            .unwrap_err()
+            .contains("request 1: delay_ms applies between turns of a session"));
+        assert!(check([0, 0], [f64::NAN, -1.0])
+            .unwrap_err()
+            .contains(">= 0 ms"));
+        assert!(check([0, -2], [f64::NAN; 2])
+            .unwrap_err()
+            .contains("got -2"));
+    }
+
+    #[test]
+    fn session_columns_must_cover_every_request() {
+        let session = [0i64];
+        let w = Workload {
+            session: Some(&session),
+            ..columns(&[1, 2], &[0, 1, 2], &[1; 2], &[1; 2], &[0.0; 2], 512)
+        };
+        assert_eq!(
+            w.validate().unwrap_err().to_string(),
+            "workload: session must have one entry per request (2), got 1"
         );
     }
 }

@@ -429,8 +429,10 @@ proptest! {
                 t += f64::from(gap);
             }
             table.push((t, input, output, vec![k as u64; input.div_ceil(4) as usize]));
+            // A delay only on a later turn of a session (the workload rule).
+            let later_turn = s >= 0 && session.contains(&s);
             session.push(s);
-            delay.push(if d == 255 { f64::NAN } else { f64::from(d) });
+            delay.push(if d == 255 || !later_turn { f64::NAN } else { f64::from(d) });
         }
         let refs: Vec<(f64, u32, u32, &[u64])> =
             table.iter().map(|(t, i, o, h)| (*t, *i, *o, h.as_slice())).collect();

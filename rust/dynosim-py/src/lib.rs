@@ -5,6 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use dynosim_core::config::{AicTiming, KvShape};
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::{
@@ -25,6 +26,25 @@ fn raise(py: Python<'_>, class_name: &str, message: String) -> PyErr {
                 .call1((message,))
                 .unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()),
         ),
+        Err(e) => e,
+    }
+}
+
+/// A `WorkloadError` that also carries the request index (`request`, None for a shape error)
+/// and the message without its prefix (`detail`), so a trace reader can name the file line.
+fn workload_err(py: Python<'_>, err: SimError) -> PyErr {
+    let (request, detail) = match &err {
+        SimError::Workload { request, message } => (Some(*request), message.clone()),
+        SimError::WorkloadShape(message) => (None, message.clone()),
+        _ => return to_py_err(py, err),
+    };
+    let exc = raise(py, "WorkloadError", err.to_string());
+    let value = exc.value(py);
+    match value
+        .setattr("request", request)
+        .and_then(|()| value.setattr("detail", detail))
+    {
+        Ok(()) => exc,
         Err(e) => e,
     }
 }
@@ -66,6 +86,59 @@ impl Progress {
 #[pyfunction]
 fn default_config_json() -> String {
     SimConfig::default().to_json()
+}
+
+/// The JSON of the aic timing fields a section may leave out, with their values.
+#[pyfunction]
+fn aic_timing_defaults_json() -> String {
+    AicTiming::defaults_json().to_string()
+}
+
+/// The configuration as the replay reads it (roles with their engine, timing and where those
+/// came from; effective KV-transfer settings; workers and GPUs), as JSON.
+#[pyfunction]
+fn resolve_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    serde_json::to_string(&config.resolved())
+        .map_err(|e| raise(py, "SimulationError", e.to_string()))
+}
+
+/// KV bytes of one token on one GPU of a `tp`-way tensor-parallel rank, for a `kv_shape`
+/// document.
+#[pyfunction]
+fn kv_shape_bytes_per_token(py: Python<'_>, shape_json: &str, tp: u32) -> PyResult<u64> {
+    let shape: KvShape =
+        serde_json::from_str(shape_json).map_err(|e| raise(py, "ConfigError", e.to_string()))?;
+    Ok(shape.bytes_per_token(tp))
+}
+
+/// Check a columnar workload by the core's rules; raises `WorkloadError` (with `request` and
+/// `detail`) naming the first bad request.
+#[pyfunction]
+#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, session=None, delay_ms=None))]
+#[allow(clippy::too_many_arguments)]
+fn validate_workload<'py>(
+    py: Python<'py>,
+    arrival_ms: PyReadonlyArray1<'py, f64>,
+    input_length: PyReadonlyArray1<'py, u32>,
+    output_length: PyReadonlyArray1<'py, u32>,
+    hash_offsets: PyReadonlyArray1<'py, u64>,
+    hash_ids: PyReadonlyArray1<'py, u64>,
+    trace_block_size: u32,
+    session: Option<PyReadonlyArray1<'py, i64>>,
+    delay_ms: Option<PyReadonlyArray1<'py, f64>>,
+) -> PyResult<()> {
+    let workload = Workload {
+        arrival_ms: arrival_ms.as_slice()?,
+        input_length: input_length.as_slice()?,
+        output_length: output_length.as_slice()?,
+        hash_offsets: hash_offsets.as_slice()?,
+        hash_ids: hash_ids.as_slice()?,
+        trace_block_size,
+        session: session.as_ref().map(|a| a.as_slice()).transpose()?,
+        delay_ms: delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
+    };
+    workload.validate().map_err(|e| workload_err(py, e))
 }
 
 /// Validate a configuration document; returns it normalised (defaults filled in) as JSON.
@@ -247,5 +320,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(max_min_rates, m)?)?;
     m.add_function(wrap_pyfunction!(parse_mooncake, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_workload, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;
+    m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
     Ok(())
 }

@@ -14,8 +14,9 @@ from conftest import have, make_columns, needs_aic
 import dynosim
 import dynosim.config
 from dynosim import aic
-from dynosim.aic import AicTarget, AicTiming, aic_table_timing, save_timing_table
-from dynosim.config import TableTiming
+from dynosim.aic import AicTarget, AicTiming, aic_table_timing
+from dynosim.aic import tables as aic_tables
+from dynosim.config import TableTiming, save_timing_table
 from dynosim.errors import ConfigError, MissingExtraError
 
 QWEN = {"model_name": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "trtllm"}
@@ -137,9 +138,9 @@ def test_axes_gain_points_on_both_sides_of_aic_steps(qwen_table):
     # AIC's GEMM tables step between 160 and 161 tokens; the refinement brackets the step.
     assert {160, 161} <= {int(b) for b in qwen_table.decode_batch}
     for axis in (qwen_table.prefill_tokens, qwen_table.decode_context):
-        assert axis[0] == 1 and axis[-1] == aic.MAX_TOKENS
+        assert axis[0] == 1 and axis[-1] == aic_tables.MAX_TOKENS
         assert all(a < b for a, b in itertools.pairwise(axis))
-    assert len(qwen_table.decode_batch) <= aic.MAX_AXIS_POINTS
+    assert len(qwen_table.decode_batch) <= aic_tables.MAX_AXIS_POINTS
 
 
 def test_refine_axis_by_hand():
@@ -167,7 +168,7 @@ def test_second_identical_call_makes_no_aic_call(aic_cache, qwen_table, monkeypa
 
     monkeypatch.setattr(EngineHandle, "compile", classmethod(forbidden))
     monkeypatch.setattr(EngineHandle, "__init__", forbidden)
-    monkeypatch.setattr(aic, "build_tables", forbidden)
+    monkeypatch.setattr(aic_tables, "build_tables", forbidden)
     again = aic_table_timing(AicTiming(**QWEN), cache_dir=aic_cache)
     assert again == qwen_table
     files = list((aic_cache / "aic").glob("Qwen--Qwen3-32B_h200_sxm_trtllm-1.3.0rc20_tp1_*.npz"))
@@ -219,10 +220,10 @@ def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch):
     path = aic.table_cache_path(aic.resolve_aic_timing(spec), tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not an npz")
-    monkeypatch.setattr(aic, "build_tables", lambda target: (_tiny_table(2.0), {}))
+    monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_table(2.0), {}))
     with pytest.warns(UserWarning, match="unreadable cached AIC table"):
         assert aic_table_timing(spec, cache_dir=tmp_path) == _tiny_table(2.0)
-    monkeypatch.setattr(aic, "build_tables", lambda target: pytest.fail("rebuilt twice"))
+    monkeypatch.setattr(aic_tables, "build_tables", lambda target: pytest.fail("rebuilt twice"))
     assert aic_table_timing(spec, cache_dir=tmp_path) == _tiny_table(2.0)
 
 
@@ -291,9 +292,9 @@ def test_unsupported_combinations_fail_naming_the_value(no_engine, change, messa
 def test_spec_fields_are_checked():
     with pytest.raises(ConfigError, match=r"backend: Input should be 'trtllm', 'vllm' or 'sglang'"):
         AicTiming(**{**QWEN, "backend": "tgi"})
-    with pytest.raises(ConfigError, match=r"tp: Input should be greater than or equal to 1"):
-        AicTiming(**QWEN, tp=0)
-    with pytest.raises(ConfigError, match=r"extra_field: Extra inputs are not permitted"):
+    with pytest.raises(ConfigError, match=r"^timing.tp: must be >= 1, got 0"):  # the core's rule
+        dynosim.SimConfig(timing=AicTiming(**QWEN, tp=0))
+    with pytest.raises(ConfigError, match=r"extra_field: unknown field"):
         AicTiming(**QWEN, extra_field=1)
     assert AicTiming(**QWEN).model_dump()["model"] == "aic"
 
@@ -326,19 +327,20 @@ def test_aic_sections_become_tables(aic_cache, qwen_table):
     assert cfg.decode.timing.model == "table"
 
 
-def test_aic_section_tp_must_match_its_engine(monkeypatch):
-    monkeypatch.setattr(aic, "aic_table_timing", lambda *a, **k: pytest.fail("tables built"))
+def test_aic_section_tp_must_match_its_engine():
+    # Checked by the core with the configuration, before any table is built.
     config = {
+        "cluster": {"mode": "disaggregated"},
         "engine": {"tensor_parallel_size": 1},
-        "prefill": {"timing": {"model": "aic", **QWEN, "tp": 2}, "engine": None},
+        "prefill": {"timing": {"model": "aic", **QWEN, "tp": 2}},
     }
     with pytest.raises(
-        ConfigError, match=r"prefill.timing.tp=2 differs from engine.tensor_parallel_size=1"
+        ConfigError, match=r"prefill.timing.tp: 2 differs from engine.tensor_parallel_size=1"
     ):
-        aic.aic_sections_to_tables(config)
+        dynosim.SimConfig.model_validate(config)
     config["prefill"]["engine"] = {"tensor_parallel_size": 4}
     with pytest.raises(ConfigError, match=r"differs from prefill.engine.tensor_parallel_size=4"):
-        aic.aic_sections_to_tables(config)
+        dynosim.SimConfig.model_validate(config)
 
 
 @needs_aic

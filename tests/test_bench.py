@@ -12,10 +12,11 @@ import pytest
 from conftest import TRACES
 
 import dynosim
-from dynosim import bench
+from dynosim._dependencies import dynamo as import_dynamo
 from dynosim.bench import EXIT_NONDETERMINISTIC, PeakRss, first_difference, main, run_iteration
+from dynosim.bench import offline_replay_bench as bench
 from dynosim.cli import EXIT_BAD_INPUT, EXIT_FAILED
-from dynosim.compare import DynamoReplay, dynamo_replay_kwargs, import_dynamo, metric_rows
+from dynosim.compare import DynamoReplay, dynamo_replay_kwargs, metric_rows
 from dynosim.errors import ConfigError, MissingExtraError, WorkloadError
 
 

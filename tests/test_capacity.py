@@ -10,13 +10,13 @@ import pytest
 from conftest import needs_aic
 
 from dynosim.capacity import (
-    KvGeometry,
     estimate_kv_capacity,
     estimate_num_gpu_blocks,
     kv_bytes_per_token,
     kv_geometry,
     model_weight_bytes,
 )
+from dynosim.config import KvShape
 from dynosim.errors import ConfigError, MissingExtraError
 
 #: Qwen3-32B's shape (its Hugging Face config.json, trimmed to what capacity reads).
@@ -71,7 +71,7 @@ def test_hf_config_kv_bytes_per_token(tmp_path):
 def test_hf_config_fallbacks(tmp_path):
     # No num_key_value_heads: multi-head attention, 64 KV heads.
     path = write_config(tmp_path, num_key_value_heads=...)
-    assert kv_geometry(path) == KvGeometry(64, 64, 128, 2)
+    assert kv_geometry(path) == KvShape(num_layers=64, num_kv_heads=64, head_dim=128, dtype_bytes=2)
     # No head_dim: hidden_size / num_attention_heads = 80.
     path = write_config(tmp_path, head_dim=...)
     assert kv_bytes_per_token(path) == 64 * 2 * 8 * 80 * 2
@@ -81,7 +81,9 @@ def test_hf_config_fallbacks(tmp_path):
 
 def test_mla_latent_is_not_split_by_tp(tmp_path):
     path = write_config(tmp_path, num_hidden_layers=61, kv_lora_rank=512, qk_rope_head_dim=64)
-    assert kv_geometry(path) == KvGeometry(61, 1, 576, 2, latent=True)
+    assert kv_geometry(path) == KvShape(
+        num_layers=61, num_kv_heads=1, head_dim=576, dtype_bytes=2, latent=True
+    )
     assert kv_bytes_per_token(path) == kv_bytes_per_token(path, tp=8) == 61 * 576 * 2
 
 

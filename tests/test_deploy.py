@@ -54,8 +54,8 @@ def candidate(backend: str, mode: str, **over: Any) -> Candidate:
         "backend_version": VERSIONS[backend],
         "block_size": 32,
     }
-    if mode == "agg":
-        data["agg"] = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
+    if mode == "aggregated":
+        data["aggregated"] = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
     else:
         data["prefill"] = {"replicas": 2, "tensor_parallel_size": 2, "max_batch_size": 4}
         data["decode"] = {
@@ -94,7 +94,7 @@ def expect_engine(backend: str, text: str, block: int, ctx: int, batch: int) -> 
 
 @pytest.mark.parametrize(
     ("backend", "mode", "block", "ctx"),
-    list(itertools.product(VERSIONS, ["agg", "disagg"], [32, 64], [None, 10000])),
+    list(itertools.product(VERSIONS, ["aggregated", "disaggregated"], [32, 64], [None, 10000])),
 )
 def test_real_render_validates_against_its_candidate(aic, backend, mode, block, ctx):
     cand = candidate(backend, mode, block_size=block, context_length=ctx)
@@ -106,11 +106,12 @@ def test_real_render_validates_against_its_candidate(aic, backend, mode, block, 
     assert validate_manifest(rendered.text, rendered.deployed) == []
     # Read the manifest directly too, so a lenient validator cannot hide a wrong render.
     doc = dgd(rendered.text)
-    assert doc["metadata"]["name"] == f"dynosim-{mode}"
+    # AIC names the graph with its own spelling of the mode.
+    assert doc["metadata"]["name"] == f"dynosim-{ {'aggregated': 'agg'}.get(mode, 'disagg') }"
     assert "namespace" not in doc["metadata"]
     services = doc["spec"]["services"]
     prefix = {"vllm": "Vllm", "sglang": "SGLang", "trtllm": "TRTLLM"}[backend]
-    suffix = {"agg": "Worker", "prefill": "PrefillWorker", "decode": "DecodeWorker"}
+    suffix = {"aggregated": "Worker", "prefill": "PrefillWorker", "decode": "DecodeWorker"}
     names = {role: prefix + suffix[role] for role in cand.roles()}
     assert sorted(services) == sorted(["Frontend", *names.values()])
     for role, spec in cand.roles().items():
@@ -133,7 +134,7 @@ def test_render_returns_exactly_what_aic_returned(aic, monkeypatch):
         return seen["artifacts"]
 
     monkeypatch.setattr(aic, "generate_backend_artifacts", spy)
-    rendered = render_dgd(candidate("trtllm", "disagg", context_length=6000), SYNTH, OPTIONS)
+    rendered = render_dgd(candidate("trtllm", "disaggregated", context_length=6000), SYNTH, OPTIONS)
     assert rendered.text is seen["artifacts"]["k8s_deploy.yaml"]
     assert rendered.artifacts == seen["artifacts"]
     assert seen["kwargs"] == {"backend_version": "1.3.0rc14"}
@@ -151,7 +152,9 @@ def test_render_returns_exactly_what_aic_returned(aic, monkeypatch):
 
 def test_trtllm_transfer_buffer_holds_the_longest_prompt_in_whole_blocks(aic):
     for block, buffer in ((32, 4000), (64, 4032)):  # 4000 tokens: 125 or 62.5 -> 63 blocks
-        rendered = render_dgd(candidate("trtllm", "disagg", block_size=block), SYNTH, OPTIONS)
+        rendered = render_dgd(
+            candidate("trtllm", "disaggregated", block_size=block), SYNTH, OPTIONS
+        )
         engine = rendered.artifacts["extra_engine_args_prefill.yaml"]
         assert f"max_tokens_in_buffer: {buffer}" in engine
         assert "cache_transceiver_config" in launch(
@@ -180,7 +183,9 @@ def _without_transfer_buffer(text: str) -> tuple[list[Any], int]:
     return [scrub(d) for d in yaml.safe_load_all(text)], removed
 
 
-@pytest.mark.parametrize(("backend", "mode"), list(itertools.product(VERSIONS, ["agg", "disagg"])))
+@pytest.mark.parametrize(
+    ("backend", "mode"), list(itertools.product(VERSIONS, ["aggregated", "disaggregated"]))
+)
 def test_uniform_trace_renders_the_same_dgd_as_synthetic(aic, columns, backend, mode):
     isl, osl = 3000, 700
     rows = [(t * 250.0, isl, osl, list(range(t * 6, t * 6 + 6))) for t in range(40)]
@@ -197,7 +202,7 @@ def test_uniform_trace_renders_the_same_dgd_as_synthetic(aic, columns, backend, 
     trace_docs, removed = _without_transfer_buffer(from_trace.text)
     synth_docs, _ = _without_transfer_buffer(from_synth.text)
     assert trace_docs == synth_docs
-    assert removed == (2 if mode == "disagg" else 0)  # the scrub really ran on disagg
+    assert removed == (2 if mode == "disaggregated" else 0)  # the scrub really ran on disagg
 
 
 def test_trace_file_and_synthetic_agree_through_the_cli(aic, tmp_path, capsys):
@@ -217,7 +222,9 @@ def test_trace_file_and_synthetic_agree_through_the_cli(aic, tmp_path, capsys):
         )
     )
     cand = tmp_path / "candidate.yaml"
-    cand.write_text(yaml.safe_dump(candidate("vllm", "disagg").model_dump(exclude_none=True)))
+    cand.write_text(
+        yaml.safe_dump(candidate("vllm", "disaggregated").model_dump(exclude_none=True))
+    )
     common = ["render", "--candidate", str(cand), "--dynamo-version", DYNAMO]
     assert main([*common, "--trace", str(trace), "-o", str(tmp_path / "a")]) == 0
     assert main([*common, "--isl", "900", "--osl", "90", "-o", str(tmp_path / "b")]) == 0
@@ -225,7 +232,7 @@ def test_trace_file_and_synthetic_agree_through_the_cli(aic, tmp_path, capsys):
     assert a == (tmp_path / "b" / "k8s_deploy.yaml").read_bytes()
     assert "--max-model-len 990" in launch(dgd(a.decode())["spec"]["services"]["VllmDecodeWorker"])
     out = capsys.readouterr().out
-    assert "k8s_deploy.yaml is valid and deploys the disagg vllm candidate" in out
+    assert "k8s_deploy.yaml is valid and deploys the disaggregated vllm candidate" in out
 
 
 # --- lowering ---------------------------------------------------------------------------------
@@ -263,14 +270,14 @@ def test_lowering_the_real_trace_matches_its_rows(real_trace):
 
 def test_real_trace_renders_with_context_length_from_its_longest_request(aic, real_trace):
     trace = dynosim.load_trace(real_trace("mooncake_conversation.jsonl"))
-    rendered = render_dgd(candidate("sglang", "agg"), trace, OPTIONS)
+    rendered = render_dgd(candidate("sglang", "aggregated"), trace, OPTIONS)
     longest = rendered.lowered.longest_request
     assert f'--context-length "{longest}"' in launch(
         dgd(rendered.text)["spec"]["services"]["SGLangWorker"]
     )
     assert rendered.validate() == []
     with pytest.raises(ConfigError) as err:
-        render_dgd(candidate("sglang", "agg", context_length=10000), trace, OPTIONS)
+        render_dgd(candidate("sglang", "aggregated", context_length=10000), trace, OPTIONS)
     over = int(
         (
             trace.columns().input_length.astype(np.int64) + trace.columns().output_length > 10000
@@ -288,7 +295,7 @@ def test_a_trace_workload_with_isl_or_osl_is_refused_by_the_workload_rule(tmp_pa
     trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n')
     with pytest.raises(WorkloadError, match=r"remove workload\.isl, workload\.osl$"):
         render_dgd(
-            candidate("vllm", "agg"),
+            candidate("vllm", "aggregated"),
             {"kind": "trace", "path": str(trace), "isl": 8, "osl": 2},
             OPTIONS,
         )
@@ -298,7 +305,7 @@ def test_a_trace_workload_with_isl_or_osl_is_refused_by_the_workload_rule(tmp_pa
 
 def test_cli_refuses_a_trace_with_fixed_lengths_and_a_missing_workload(tmp_path, capsys):
     cand = tmp_path / "c.yaml"
-    cand.write_text(yaml.safe_dump(candidate("vllm", "agg").model_dump(exclude_none=True)))
+    cand.write_text(yaml.safe_dump(candidate("vllm", "aggregated").model_dump(exclude_none=True)))
     out = ["-o", str(tmp_path / "out")]
     argv = ["render", "--candidate", str(cand), "--trace", "t.jsonl", "--osl", "5", *out]
     assert main(argv) == EXIT_BAD_INPUT
@@ -320,7 +327,7 @@ def test_missing_manifest_artifact_fails_loudly(aic, monkeypatch):
 
     monkeypatch.setattr(aic, "generate_backend_artifacts", stand_in)
     with pytest.raises(ManifestError) as err:
-        render_dgd(candidate("vllm", "agg"), SYNTH, OPTIONS)
+        render_dgd(candidate("vllm", "aggregated"), SYNTH, OPTIONS)
     assert str(err.value) == (
         "AIC generator did not return k8s_deploy.yaml (AIC logged: warning: Failed to build "
         "k8s_deploy.yaml: stand-in failure)"
@@ -333,9 +340,9 @@ def test_an_exception_inside_aic_is_named(aic, monkeypatch):
 
     monkeypatch.setattr(aic, "generate_backend_artifacts", broken)
     with pytest.raises(ManifestError) as err:
-        render_dgd(candidate("sglang", "disagg"), SYNTH, OPTIONS)
+        render_dgd(candidate("sglang", "disaggregated"), SYNTH, OPTIONS)
     assert str(err.value) == (
-        "AIC generator failed for the disagg sglang 0.5.11 candidate: "
+        "AIC generator failed for the disaggregated sglang 0.5.11 candidate: "
         "KeyError: 'tensor_parallel_size'"
     )
 
@@ -343,18 +350,18 @@ def test_an_exception_inside_aic_is_named(aic, monkeypatch):
 def test_without_aic_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "aiconfigurator.generator.api", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'dynosim\[aic\]'"):
-        render_dgd(candidate("vllm", "agg"), SYNTH, OPTIONS)
+        render_dgd(candidate("vllm", "aggregated"), SYNTH, OPTIONS)
 
 
 def test_backend_version_must_be_what_the_dynamo_release_ships(aic):
     with pytest.raises(ConfigError) as err:
-        render_dgd(candidate("vllm", "agg", backend_version="0.24.0"), SYNTH, OPTIONS)
+        render_dgd(candidate("vllm", "aggregated", backend_version="0.24.0"), SYNTH, OPTIONS)
     assert str(err.value).startswith(
         "candidate.backend_version 0.24.0 is not the vllm that Dynamo 1.2.0 ships (0.20.1)"
     )
     image = "registry.example.com/dynamo/vllm-runtime:custom"
     rendered = render_dgd(
-        candidate("vllm", "agg", backend_version="0.24.0"),
+        candidate("vllm", "aggregated", backend_version="0.24.0"),
         SYNTH,
         RenderOptions(dynamo_version=DYNAMO, image=image),
     )
@@ -363,15 +370,17 @@ def test_backend_version_must_be_what_the_dynamo_release_ships(aic):
 
 
 def test_unknown_system_and_dynamo_release_are_config_errors(aic):
-    with pytest.raises(ConfigError, match=r"candidate\.system 'h999': not a system AIC knows"):
-        render_dgd(candidate("vllm", "agg", system="h999"), SYNTH, OPTIONS)
+    with pytest.raises(
+        ConfigError, match=r"candidate\.system: AIC has no system 'h999'; systems: "
+    ):
+        render_dgd(candidate("vllm", "aggregated", system="h999"), SYNTH, OPTIONS)
     with pytest.raises(ConfigError, match=r"options\.dynamo_version '0\.0\.1': .*Supported"):
-        render_dgd(candidate("vllm", "agg"), SYNTH, {"dynamo_version": "0.0.1"})
+        render_dgd(candidate("vllm", "aggregated"), SYNTH, {"dynamo_version": "0.0.1"})
 
 
 def test_options_name_the_graph_and_namespace(aic):
     options = RenderOptions(dynamo_version=DYNAMO, name_prefix="team-a", namespace="serving")
-    rendered = render_dgd(candidate("sglang", "disagg"), SYNTH, options)
+    rendered = render_dgd(candidate("sglang", "disaggregated"), SYNTH, options)
     assert dgd(rendered.text)["metadata"] == {"name": "team-a-disagg", "namespace": "serving"}
     assert rendered.validate() == []
 
@@ -379,8 +388,8 @@ def test_options_name_the_graph_and_namespace(aic):
 def test_a_worker_wider_than_a_node_spans_nodes(aic):
     cand = candidate(
         "vllm",
-        "agg",
-        agg={
+        "aggregated",
+        aggregated={
             "replicas": 1,
             "tensor_parallel_size": 8,
             "pipeline_parallel_size": 2,
@@ -398,7 +407,7 @@ def test_a_worker_wider_than_a_node_spans_nodes(aic):
 
 
 def test_write_keeps_every_artifact_byte_for_byte(aic, tmp_path):
-    rendered = render_dgd(candidate("trtllm", "disagg"), SYNTH, OPTIONS)
+    rendered = render_dgd(candidate("trtllm", "disaggregated"), SYNTH, OPTIONS)
     written = rendered.write(tmp_path / "out")
     assert sorted(p.name for p in written) == sorted(rendered.artifacts)
     for path in written:
@@ -410,12 +419,15 @@ def test_write_keeps_every_artifact_byte_for_byte(aic, tmp_path):
 
 def test_cli_render_writes_and_validates(aic, tmp_path, capsys):
     cand = tmp_path / "c.json"
-    cand.write_text(json.dumps(candidate("trtllm", "agg", context_length=8192).model_dump()))
+    cand.write_text(json.dumps(candidate("trtllm", "aggregated", context_length=8192).model_dump()))
     out = tmp_path / "deploy"
     argv = ["render", "--candidate", str(cand), "--isl", "2000", "--osl", "300", "-o", str(out)]
     assert main([*argv, "--dynamo-version", DYNAMO, "--namespace", "ns1"]) == 0
     captured = capsys.readouterr()
-    assert "deploys the agg trtllm candidate (context length 8192, Dynamo 1.2.0)" in captured.out
+    assert (
+        "deploys the aggregated trtllm candidate (context length 8192, Dynamo 1.2.0)"
+        in captured.out
+    )
     assert "dynosim: AIC warning:" in captured.err  # AIC's template notice is passed on
     doc = dgd((out / "k8s_deploy.yaml").read_text())
     assert doc["metadata"]["namespace"] == "ns1"
@@ -434,13 +446,13 @@ def test_cli_render_exits_1_when_what_it_wrote_does_not_deploy_the_candidate(
 
     monkeypatch.setattr(aic, "generate_backend_artifacts", off_by_one)
     cand = tmp_path / "c.yaml"
-    cand.write_text(yaml.safe_dump(candidate("vllm", "agg").model_dump(exclude_none=True)))
+    cand.write_text(yaml.safe_dump(candidate("vllm", "aggregated").model_dump(exclude_none=True)))
     out = tmp_path / "out"
     argv = ["render", "--candidate", str(cand), "--isl", "100", "--osl", "10", "-o", str(out)]
     assert main([*argv, "--dynamo-version", DYNAMO]) == 1
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [
-        "spec.services.VllmWorker.replicas: expected 3 (candidate agg.replicas), got 4"
+        "spec.services.VllmWorker.replicas: expected 3 (candidate aggregated.replicas), got 4"
     ]
     assert "1 problem(s)" in captured.err
     assert "replicas: 4" in (out / "k8s_deploy.yaml").read_text()  # written as AIC gave it
@@ -448,7 +460,7 @@ def test_cli_render_exits_1_when_what_it_wrote_does_not_deploy_the_candidate(
 
 def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys):
     cand = tmp_path / "c.yaml"
-    data = candidate("sglang", "agg", backend_version="0.5.14").model_dump(exclude_none=True)
+    data = candidate("sglang", "aggregated", backend_version="0.5.14").model_dump(exclude_none=True)
     cand.write_text(yaml.safe_dump(data))
     argv = ["render", "--candidate", str(cand), "--isl", "10", "--osl", "5", "-o", str(tmp_path)]
     assert main([*argv, "--dynamo-version", DYNAMO]) == EXIT_BAD_INPUT
@@ -462,28 +474,35 @@ def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys)
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"agg": None}, "an agg candidate has an agg role: missing candidate.agg"),
         (
-            {"mode": "disagg"},
-            "a disagg candidate has prefill and decode roles: missing candidate.prefill, "
-            "candidate.decode; remove candidate.agg",
+            {"aggregated": None},
+            "an aggregated candidate has an aggregated role: missing candidate.aggregated",
+        ),
+        (
+            {"mode": "disaggregated"},
+            "a disaggregated candidate has prefill and decode roles: missing candidate.prefill, "
+            "candidate.decode; remove candidate.aggregated",
         ),
         (
             {
                 "backend": "trtllm",
-                "agg": {"replicas": 1, "data_parallel_size": 2, "max_batch_size": 8},
+                "aggregated": {"replicas": 1, "data_parallel_size": 2, "max_batch_size": 8},
             },
-            "candidate.agg.data_parallel_size: TensorRT-LLM has no separate data parallel size",
+            "candidate.aggregated.data_parallel_size: TensorRT-LLM has no separate data "
+            "parallel size",
         ),
         ({"block_size": 0}, "candidate.block_size: Input should be greater than or equal to 1"),
-        ({"agg": {"replicas": "2", "max_batch_size": 8}}, "candidate.agg.replicas: Input should"),
+        (
+            {"aggregated": {"replicas": "2", "max_batch_size": 8}},
+            'candidate.aggregated.replicas: expected an integer, got "2"',
+        ),
         ({"backend": "tgi"}, "candidate.backend: Input should be 'vllm', 'sglang' or 'trtllm'"),
         ({"gpus": 8}, "candidate.gpus: unknown field"),
         ({"model": ""}, "candidate.model: String should have at least 1 character"),
     ],
 )
 def test_candidate_refuses_what_it_cannot_describe(changes, message):
-    data = {**candidate("vllm", "agg").model_dump(), **changes}
+    data = {**candidate("vllm", "aggregated").model_dump(), **changes}
     with pytest.raises(ConfigError) as err:
         Candidate.model_validate(data)
     assert str(err.value).startswith(message)
@@ -503,8 +522,12 @@ def test_load_candidate_names_the_file(tmp_path):
     path.write_text("- not\n- a mapping\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: a candidate must be a mapping, got list"):
         dynosim.load_candidate(path)
-    path.write_text(yaml.safe_dump({**candidate("vllm", "agg").model_dump(), "mode": "mixed"}))
-    with pytest.raises(ConfigError, match=r"c\.yaml: candidate\.mode: Input should be 'agg'"):
+    path.write_text(
+        yaml.safe_dump({**candidate("vllm", "aggregated").model_dump(), "mode": "mixed"})
+    )
+    with pytest.raises(
+        ConfigError, match=r"c\.yaml: candidate\.mode: Input should be 'aggregated'"
+    ):
         dynosim.load_candidate(path)
 
 

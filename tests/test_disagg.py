@@ -105,7 +105,10 @@ def test_kv_bytes_from_the_model_shape():
     ("kv", "message"),
     [
         ({"kv_bytes_per_token": None}, "kv_transfer.kv_bytes_per_token: required with a bandwidth"),
-        ({"bandwidth_gbps": float("inf")}, "kv_transfer.bandwidth_gbps: Input should be a finite"),
+        (
+            {"bandwidth_gbps": float("inf")},
+            "kv_transfer.bandwidth_gbps: expected a finite number, got Infinity",
+        ),
         ({"bandwidth_gbps": None, "link_model": "max_min"}, "kv_transfer.link_model: needs"),
         ({"decode_bandwidth_gbps": 0.0}, "kv_transfer.decode_bandwidth_gbps"),
     ],

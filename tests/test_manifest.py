@@ -165,8 +165,8 @@ def candidate(backend: str, mode: str, **over: Any) -> Candidate:
         "block_size": 32,
         "context_length": 4500,
     }
-    if mode == "agg":
-        data["agg"] = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
+    if mode == "aggregated":
+        data["aggregated"] = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
     elif backend == "trtllm":
         data["prefill"] = {"replicas": 2, "tensor_parallel_size": 2, "max_batch_size": 64}
         data["decode"] = {"replicas": 1, "tensor_parallel_size": 2, "max_batch_size": 64}
@@ -191,13 +191,13 @@ def problems(text: str, cand: Candidate | None = None) -> list[str]:
 @pytest.mark.parametrize(
     ("build", "backend", "mode"),
     [
-        (vllm_agg, "vllm", "agg"),
-        (vllm_disagg, "vllm", "disagg"),
-        (trtllm_disagg, "trtllm", "disagg"),
+        (vllm_agg, "vllm", "aggregated"),
+        (vllm_disagg, "vllm", "disaggregated"),
+        (trtllm_disagg, "trtllm", "disaggregated"),
         (
             lambda: dgd({"SGLangWorker": sglang_worker(None, 3, tp=2)}),
             "sglang",
-            "agg",
+            "aggregated",
         ),
     ],
 )
@@ -232,7 +232,7 @@ def test_validation_reads_and_never_rewrites(tmp_path):
     file = tmp_path / "deploy.yaml"
     file.write_text(dump(vllm_agg()))
     before = file.read_bytes()
-    validate_manifest(file, candidate("vllm", "agg", context_length=9999))
+    validate_manifest(file, candidate("vllm", "aggregated", context_length=9999))
     assert file.read_bytes() == before
 
 
@@ -241,7 +241,7 @@ def test_unknown_fields_are_allowed_because_the_crd_grows():
     doc["spec"]["futureField"] = {"x": 1}
     doc["spec"]["services"]["VllmWorker"]["newKnob"] = True
     doc["spec"]["services"]["VllmWorker"]["resources"]["limits"]["memory"] = "80Gi"
-    assert problems(dump(doc), candidate("vllm", "agg")) == []
+    assert problems(dump(doc), candidate("vllm", "aggregated")) == []
 
 
 def test_other_documents_may_accompany_the_dgd():
@@ -269,8 +269,8 @@ def test_trtllm_engine_config_in_a_mounted_configmap_is_read():
         ]
         config_map["data"][f"{role}_config.yaml"] = trtllm_config(role, tp=2, block=64)
     text = dump(config_map, doc)
-    assert problems(text, candidate("trtllm", "disagg", block_size=64)) == []
-    assert problems(text, candidate("trtllm", "disagg")) == [
+    assert problems(text, candidate("trtllm", "disaggregated", block_size=64)) == []
+    assert problems(text, candidate("trtllm", "disaggregated")) == [
         "ConfigMap/engine-configs.data.prefill_config.yaml: engine config "
         "/workspace/engine_configs/prefill_config.yaml: kv_cache_config.tokens_per_block: "
         "expected 32 (candidate block_size), got 64",
@@ -542,11 +542,11 @@ def _args_drop(service: str, flag: str) -> Callable[[dict[str, Any]], None]:
 CANDIDATE = {
     "roles": (
         vllm_agg,
-        {"mode": "disagg"},
+        {"mode": "disaggregated"},
         None,
         [
             "spec.services: expected worker services VllmPrefillWorker, VllmDecodeWorker for "
-            "a disagg vllm candidate, got VllmWorker"
+            "a disaggregated vllm candidate, got VllmWorker"
         ],
     ),
     "replicas": (
@@ -569,7 +569,7 @@ CANDIDATE = {
     "tensor parallel size": (
         vllm_agg,
         {
-            "agg": {
+            "aggregated": {
                 "replicas": 3,
                 "tensor_parallel_size": 1,
                 "data_parallel_size": 2,
@@ -579,9 +579,9 @@ CANDIDATE = {
         None,
         [
             f"{W}.{MC}.args[5]: --tensor-parallel-size: expected 1 (candidate "
-            "agg.tensor_parallel_size), got 2",
+            "aggregated.tensor_parallel_size), got 2",
             f"{W}.{MC}.args[9]: --data-parallel-size: expected 2 (candidate "
-            "agg.data_parallel_size), got 1",
+            "aggregated.data_parallel_size), got 1",
         ],
     ),
     "block size": (
@@ -655,13 +655,13 @@ def test_candidate_rule_broken_once(rule):
     doc = build()
     if edit is not None:
         edit(doc)
-    mode = "disagg" if "VllmDecodeWorker" in doc["spec"]["services"] else "agg"
+    mode = "disaggregated" if "VllmDecodeWorker" in doc["spec"]["services"] else "aggregated"
     cand = candidate("vllm", mode)
     if changes:
         data = cand.model_dump()
-        if changes.get("mode") == "disagg":
+        if changes.get("mode") == "disaggregated":
             data |= {
-                "agg": None,
+                "aggregated": None,
                 "prefill": {"replicas": 1, "max_batch_size": 8},
                 "decode": {"replicas": 1, "max_batch_size": 8},
             }
@@ -673,7 +673,7 @@ def test_candidate_rule_broken_once(rule):
 def test_vllm_context_length_reads_human_units():
     doc = vllm_agg()
     _args_edit("VllmWorker", "--max-model-len", "10k")(doc)
-    assert problems(dump(doc), candidate("vllm", "agg", context_length=10000)) == []
+    assert problems(dump(doc), candidate("vllm", "aggregated", context_length=10000)) == []
 
 
 def test_trtllm_candidate_settings_come_from_its_engine_config():
@@ -683,7 +683,7 @@ def test_trtllm_candidate_settings_come_from_its_engine_config():
     )
     where = "spec.services.TRTLLMDecodeWorker.extraPodSpec.mainContainer.args[0]"
     file = "/workspace/engine_configs/decode_config.yaml"
-    assert problems(dump(doc), candidate("trtllm", "disagg")) == [
+    assert problems(dump(doc), candidate("trtllm", "disaggregated")) == [
         f"{where}: engine config {file}: kv_cache_config.tokens_per_block: expected 32 "
         "(candidate block_size), got 64",
         f"{where}: engine config {file}: kv_cache_config.enable_block_reuse: false turns "
@@ -694,13 +694,13 @@ def test_trtllm_candidate_settings_come_from_its_engine_config():
 def test_sglang_settings_come_from_its_launch_script():
     doc = dgd({"SGLangWorker": sglang_worker(None, 3, tp=2)})
     where = "spec.services.SGLangWorker.extraPodSpec.mainContainer.args[0]"
-    assert problems(dump(doc), candidate("sglang", "agg", context_length=8000)) == [
+    assert problems(dump(doc), candidate("sglang", "aggregated", context_length=8000)) == [
         f"{where}: --context-length: expected 8000 (candidate context_length), got 4500"
     ]
 
 
 def test_a_candidate_may_be_a_mapping_or_a_file(tmp_path):
-    cand = candidate("vllm", "agg", block_size=64)
+    cand = candidate("vllm", "aggregated", block_size=64)
     file = tmp_path / "candidate.yaml"
     file.write_text(yaml.safe_dump(cand.model_dump()))
     text = dump(vllm_agg())
@@ -734,15 +734,15 @@ def test_cli_validate_against_a_candidate(tmp_path, capsys):
     file = tmp_path / "deploy.yaml"
     file.write_text(dump(vllm_agg()))
     cand = tmp_path / "candidate.json"
-    data = candidate("vllm", "agg").model_dump()
+    data = candidate("vllm", "aggregated").model_dump()
     cand.write_text(json.dumps(data))
     assert main(["validate", str(file), "--candidate", str(cand)]) == 0
     assert capsys.readouterr().out == f"{file}: no problems\n"
-    data["agg"]["replicas"] = 5
+    data["aggregated"]["replicas"] = 5
     cand.write_text(json.dumps(data))
     assert main(["validate", str(file), "--candidate", str(cand)]) == EXIT_FAILED
     assert capsys.readouterr().out.splitlines() == [
-        f"{W}.replicas: expected 5 (candidate agg.replicas), got 3"
+        f"{W}.replicas: expected 5 (candidate aggregated.replicas), got 3"
     ]
 
 
@@ -750,7 +750,7 @@ def test_cli_validate_bad_candidate_file_is_bad_input(tmp_path, capsys):
     file = tmp_path / "deploy.yaml"
     file.write_text(dump(vllm_agg()))
     cand = tmp_path / "candidate.yaml"
-    cand.write_text("mode: agg\n")
+    cand.write_text("mode: aggregated\n")
     assert main(["validate", str(file), "--candidate", str(cand)]) == 2
     err = capsys.readouterr().err
     assert f"{cand}: candidate.model: required, but not given" in err

@@ -68,7 +68,7 @@ def test_table_from_npz_matches_inline(tmp_path):
         ({"decode_ms": [[6.0, -1.0], [14.0, 24.0]]}, "timing.decode_ms[0][1]: must be a finite"),
         (
             {"decode_ms": [[6.0, float("nan")], [14.0, 24.0]]},
-            "timing.table.decode_ms.0.1: Input should be a finite",
+            "timing.decode_ms[0][1]: expected a finite number, got NaN",
         ),
     ],
 )

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dynosim
 from dynosim.errors import WorkloadError
 from dynosim.workload import (
     EmpiricalLength,
@@ -306,7 +307,7 @@ MALFORMED_JSONL = {
     "delay on a first turn": (
         json.dumps(row(session_id="chat-9", delay=40)),
         2,
-        ["field 'delay_ms' (or 'delay')", 'first turn of session "chat-9"', "got 40.0"],
+        ["delay_ms: this request is the first turn of its session", "got 40"],
     ),
 }
 
@@ -581,29 +582,31 @@ def test_from_columns_returns_the_given_columns():
         ({"arrival_ms": np.array([[0.0, 1.5, 1.5]])}, "arrival_ms"),
         ({"arrival_ms": np.array([0.0, 9, 1.5, 9, 1.5])[::2]}, "C-contiguous"),
         ({"output_length": np.array([1, 2], dtype=np.uint32)}, "output_length"),
-        ({"output_length": np.array([1, 0, 3], dtype=np.uint32)}, "output_length[1]"),
-        ({"input_length": np.array([10, 0, 1], dtype=np.uint32)}, "input_length[1]"),
-        ({"arrival_ms": np.array([1.0, 1.5, 1.5])}, "first arrival must be 0"),
-        ({"arrival_ms": np.array([0.0, 1.5, 1.0])}, "arrival_ms[2]"),
-        ({"arrival_ms": np.array([0.0, 1.5, np.inf])}, "arrival_ms[2]"),
-        ({"hash_offsets": np.array([0, 1, 3], dtype=np.uint64)}, "hash_offsets"),
-        ({"hash_offsets": np.array([0, 3, 1, 4], dtype=np.uint64)}, "hash_offsets[2]"),
-        ({"hash_offsets": np.array([0, 1, 3, 3], dtype=np.uint64)}, "hash_offsets"),
-        ({"hash_offsets": np.array([0, 2, 3, 4], dtype=np.uint64)}, "too few hash ids"),
-        ({"trace_block_size": 0}, "trace_block_size"),
+        # Values are checked by the core's rules, which name the request.
         (
-            {
-                name: np.array([], dtype=dtype)
-                for name, dtype in [
-                    ("arrival_ms", np.float64),
-                    ("input_length", np.uint32),
-                    ("output_length", np.uint32),
-                    ("hash_ids", np.uint64),
-                ]
-            }
-            | {"hash_offsets": np.zeros(1, dtype=np.uint64)},
-            "at least one request",
+            {"output_length": np.array([1, 0, 3], dtype=np.uint32)},
+            "workload request 1: output_length must be >= 1, got 0",
         ),
+        (
+            {"input_length": np.array([10, 0, 1], dtype=np.uint32)},
+            "workload request 1: input_length must be >= 1, got 0",
+        ),
+        (
+            {"arrival_ms": np.array([0.0, 1.5, 1.0])},
+            "workload request 2: arrival_ms must be finite and non-decreasing, got 1 after 1.5",
+        ),
+        ({"arrival_ms": np.array([0.0, 1.5, np.inf])}, "workload request 2: arrival_ms"),
+        ({"hash_offsets": np.array([0, 1, 3], dtype=np.uint64)}, "hash_offsets"),
+        (
+            {"hash_offsets": np.array([0, 3, 1, 4], dtype=np.uint64)},
+            "workload request 1: hash_offsets decrease (3 then 1)",
+        ),
+        ({"hash_offsets": np.array([0, 1, 3, 3], dtype=np.uint64)}, "hash_offsets"),
+        (
+            {"hash_offsets": np.array([0, 2, 3, 4], dtype=np.uint64)},
+            "workload request 1: 1 hash ids cover 512 tokens, fewer than input_length 600",
+        ),
+        ({"trace_block_size": 0}, "trace_block_size"),
     ],
 )
 def test_trace_columns_validate(changes, fragment):
@@ -614,8 +617,26 @@ def test_trace_columns_validate(changes, fragment):
 
 def test_trace_columns_replace_revalidates():
     cols = small_columns()
-    with pytest.raises(WorkloadError, match="too few hash ids"):
+    with pytest.raises(WorkloadError, match="fewer than input_length"):
         dataclasses.replace(cols, trace_block_size=16)
+
+
+def test_trace_columns_take_any_start_and_none_at_all():
+    # The core replays from the first arrival, whatever it is, and an empty table is a
+    # replay of nothing: both are valid columns.
+    cols = dataclasses.replace(small_columns(), arrival_ms=np.array([5.0, 6.5, 6.5]))
+    shifted = dynosim.replay(cols, {"timing": {"model": "fixed", "prefill_ms": 2, "decode_ms": 1}})
+    assert shifted.requests["arrival_ms"].tolist() == [0.0, 1.5, 1.5]
+    empty = TraceColumns(
+        arrival_ms=np.array([], dtype=np.float64),
+        input_length=np.array([], dtype=np.uint32),
+        output_length=np.array([], dtype=np.uint32),
+        hash_offsets=np.zeros(1, dtype=np.uint64),
+        hash_ids=np.array([], dtype=np.uint64),
+        trace_block_size=512,
+    )
+    report = dynosim.replay(empty)
+    assert report.num_requests == report.completed_requests == report.rejected_requests == 0
 
 
 # Synthetic workloads
@@ -776,8 +797,10 @@ def test_a_delay_is_an_error_on_the_turn_the_sort_makes_first(tmp_path):
     ]
     with pytest.warns(UserWarning), pytest.raises(WorkloadError) as info:
         load_trace(write_rows(tmp_path / "first.jsonl", rows))
-    assert str(info.value).startswith(f"{tmp_path / 'first.jsonl'}:3: field 'delay_ms'")
-    assert "first turn of session 4" in str(info.value) and "got 2.5" in str(info.value)
+    assert str(info.value) == (
+        f"{tmp_path / 'first.jsonl'}:3: delay_ms: this request is the first turn of its "
+        "session, which is sent at its arrival; expected NaN (no delay), got 2.5"
+    )
 
 
 def test_traces_without_sessions_have_no_session_columns(real_trace, tmp_path):
@@ -797,8 +820,14 @@ def test_session_columns_round_trip_through_columns():
         session=np.full(3, -1, dtype=np.int64), delay_ms=np.full(3, np.nan, dtype=np.float64)
     )
     assert none.num_sessions == 0
-    with pytest.raises(WorkloadError, match=r"session\[2\]"):
+    # Session ids need not be dense: 2 is a session of its own, and its first turn takes no
+    # delay.
+    with pytest.raises(
+        WorkloadError, match=r"request 2: delay_ms: this request is the first turn of its session"
+    ):
         dataclasses.replace(cols, session=np.array([0, -1, 2], dtype=np.int64))
+    sparse = dataclasses.replace(cols, session=np.array([10**12, -1, 10**12], dtype=np.int64))
+    assert sparse.num_sessions == 1
 
 
 NAN3 = np.full(3, np.nan)
@@ -815,13 +844,19 @@ NAN3 = np.full(3, np.nan)
         (np.zeros(2, dtype=np.int64), NAN3, "TraceColumns.session: expected 3 values"),
         (np.zeros(3, dtype=np.int64), np.full(4, np.nan), "delay_ms: expected 3 values"),
         (np.zeros(6, dtype=np.int64)[::2], NAN3, "C-contiguous"),
-        (np.array([1, 0, 0]), NAN3, "session[0]"),  # numbering starts at 0
-        (np.array([0, 2, 1]), NAN3, "session[1]"),  # not dense in order of first appearance
-        (np.array([0, -2, 0]), NAN3, "session[1]"),
-        (np.zeros(3, dtype=np.int64), np.array([np.nan, -1.0, np.nan]), "delay_ms[1]"),
-        (np.zeros(3, dtype=np.int64), np.array([np.nan, np.inf, np.nan]), "delay_ms[1]"),
-        (np.array([0, -1, 0]), np.array([np.nan, 1.0, np.nan]), "request 1 has no session"),
-        (np.array([0, 1, 0]), np.array([np.nan, 2.0, 3.0]), "first turn of session 1"),
+        (np.array([0, -2, 0]), NAN3, "request 1: session must be >= 0, or -1 for none, got -2"),
+        (
+            np.zeros(3, dtype=np.int64),
+            np.array([np.nan, -1.0, np.nan]),
+            "request 1: delay_ms must be >= 0 ms or NaN (unset), got -1",
+        ),
+        (np.zeros(3, dtype=np.int64), np.array([np.nan, np.inf, np.nan]), "request 1: delay_ms"),
+        (
+            np.array([0, -1, 0]),
+            np.array([np.nan, 1.0, np.nan]),
+            "request 1: delay_ms applies between turns of a session, but this request has no",
+        ),
+        (np.array([0, 1, 0]), np.array([np.nan, 2.0, 3.0]), "request 1: delay_ms: this request is"),
     ],
 )
 def test_trace_columns_validate_sessions(session, delay, fragment):
@@ -1177,12 +1212,12 @@ def test_synthetic_workload_consistency_errors(fields, message):
     [
         ({"duration_s": 0.0}, ["workload.duration_s"]),
         ({"duration_s": math.nan}, ["workload.duration_s"]),
-        ({"arrival": "uniform"}, ["workload.arrival", "'uniform'"]),
+        ({"arrival": "uniform"}, ["workload.arrival", '"uniform"']),
         ({"arrival": "gamma", "burstiness": 0.0}, ["workload.burstiness"]),
         ({"prefix_groups": 0, "prefix_fraction": 0.5}, ["workload.prefix_groups"]),
         ({"prefix_groups": 2, "prefix_fraction": 1.5}, ["workload.prefix_fraction", "1.5"]),
         ({"prefix_groups": 2, "prefix_fraction": -0.1}, ["workload.prefix_fraction"]),
-        ({"isl": {"dist": "normal", "mean": 100.0}}, ["workload.isl.std: a value is required"]),
+        ({"isl": {"dist": "normal", "mean": 100.0}}, ["workload.isl.std: required, but not given"]),
         ({"isl": {"dist": "normal", "mean": 0.5, "std": 1.0}}, ["workload.isl.mean", "0.5"]),
         ({"osl": {"dist": "normal", "mean": 9.0, "std": -1.0}}, ["workload.osl.std", "-1.0"]),
         ({"osl": {"dist": "lognormal", "mean": 9.0, "sigma": math.inf}}, ["workload.osl.sigma"]),
@@ -1195,11 +1230,11 @@ def test_synthetic_workload_consistency_errors(fields, message):
             ["workload.isl: an empirical distribution needs exactly one of 'trace' and 'values'"],
         ),
         ({"osl": {"dist": "empirical", "values": []}}, ["workload.osl.values"]),
-        ({"osl": {"dist": "empirical", "values": [4, 0]}}, ["workload.osl.values.1", "got 0"]),
+        ({"osl": {"dist": "empirical", "values": [4, 0]}}, ["workload.osl.values[1]", "got 0"]),
         ({"isl": {"dist": "poisson", "mean": 3.0}}, ["workload.isl: expected a token count or"]),
         ({"isl": {"mean": 3.0, "std": 1.0}}, ["workload.isl: expected a token count", "'dist'"]),
         ({"isl": {"dist": "normal", "mean": 9.0, "std": 1.0, "skew": 2}}, ["workload.isl.skew"]),
-        ({"isl": "100"}, ["workload.isl", "'100'"]),
+        ({"isl": "100"}, ["workload.isl", '"100"']),
         ({"isl": True}, ["workload.isl"]),
     ],
 )

@@ -5,9 +5,19 @@ Replay a request trace on a simulated GPU cluster and read what the deployment w
     import dynosim
     report = dynosim.replay(dynosim.load_trace("trace.jsonl"), {"cluster": {"num_workers": 4}})
     print(report.summary["ttft_ms"]["p99"])
+
+The package is layered, data flowing one way: ``workload`` (traces and synthetic traffic, as
+columns) and ``config`` (typed settings) feed ``replay``, which runs the Rust core and returns a
+``report``; ``aic`` (the one place that calls AIConfigurator) builds timing tables and model
+data; ``deploy`` turns a simulated candidate into a Kubernetes manifest; ``compare``, ``bench``
+and ``cli`` sit on top. Names from ``deploy`` are imported on first use.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from dynosim.config import (
     ClusterConfig,
@@ -25,16 +35,6 @@ from dynosim.config import (
     load_config,
     load_timing_table,
 )
-from dynosim.deploy import (
-    Candidate,
-    LoweredWorkload,
-    RenderedManifest,
-    RenderOptions,
-    WorkerRole,
-    load_candidate,
-    lower_workload,
-    render_dgd,
-)
 from dynosim.errors import (
     ConfigError,
     DynosimError,
@@ -44,11 +44,59 @@ from dynosim.errors import (
     WorkloadError,
 )
 from dynosim.links import max_min_rates
-from dynosim.manifest import Problem, validate_manifest
 from dynosim.replay import replay
 from dynosim.report import REJECT_REASONS, Report
-from dynosim.samples import sample_trace_path
-from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
+from dynosim.workload import (
+    SyntheticWorkload,
+    TraceColumns,
+    TraceWorkload,
+    load_trace,
+    sample_trace_path,
+)
+
+if TYPE_CHECKING:
+    from dynosim.deploy import (
+        Candidate,
+        LoweredWorkload,
+        Problem,
+        RenderedManifest,
+        RenderOptions,
+        WorkerRole,
+        load_candidate,
+        lower_workload,
+        render_dgd,
+        validate_manifest,
+    )
+
+#: Public names imported on first use, by the module that defines them.
+_LAZY = {
+    name: "dynosim.deploy"
+    for name in (
+        "Candidate",
+        "LoweredWorkload",
+        "Problem",
+        "RenderOptions",
+        "RenderedManifest",
+        "WorkerRole",
+        "load_candidate",
+        "lower_workload",
+        "render_dgd",
+        "validate_manifest",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dynosim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 try:
     __version__ = version("dynosim")

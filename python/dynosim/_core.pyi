@@ -65,3 +65,32 @@ def max_min_rates(
     flows: list[list[int]], capacities: list[float], caps: list[float] | None = None
 ) -> npt.NDArray[np.float64]:
     """Max-min fair rates of flows (link-id lists) over link capacities, in their unit."""
+
+def validate_workload(
+    arrival_ms: npt.NDArray[np.float64],
+    input_length: npt.NDArray[np.uint32],
+    output_length: npt.NDArray[np.uint32],
+    hash_offsets: npt.NDArray[np.uint64],
+    hash_ids: npt.NDArray[np.uint64],
+    trace_block_size: int,
+    session: npt.NDArray[np.int64] | None = None,
+    delay_ms: npt.NDArray[np.float64] | None = None,
+) -> None:
+    """Check columnar requests by the core's rules (the ones a replay applies).
+
+    Raises WorkloadError naming the first bad request; the error also has ``request`` (its
+    index, None for a shape error) and ``detail`` (the message without the request prefix).
+    """
+
+def resolve_config_json(config_json: str) -> str:
+    """The configuration as the replay reads it, as JSON: ``roles`` (each with ``role``,
+    ``workers``, ``gpus_per_worker``, ``engine``, ``timing``, ``engine_path``,
+    ``timing_path``), ``kv_transfer`` (``bytes_per_token``, ``send_gbps``, ``recv_gbps``,
+    ``link_model``, ``sizing``, ``first_token``), ``num_workers`` and ``num_gpus``."""
+
+def kv_shape_bytes_per_token(shape_json: str, tp: int) -> int:
+    """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank for a
+    ``kv_shape`` document (``tp`` 1: the whole model's)."""
+
+def aic_timing_defaults_json() -> str:
+    """The fields an ``aic`` timing section may leave out, with their values, as JSON."""

@@ -17,7 +17,6 @@ different shapes) are refused: give their KV bytes per token yourself.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dynosim.config import KvShape
 from dynosim.errors import ConfigError
 
 #: Hugging Face ``torch_dtype`` names -> bytes per element.
@@ -48,34 +48,6 @@ _NON_UNIFORM_KEYS = (
     "block_configs",
     "linear_attn_config",
 )
-
-
-@dataclass(frozen=True)
-class KvGeometry:
-    """A model's KV cache layout per token.
-
-    Attributes:
-        num_layers: attention layers.
-        num_kv_heads: KV heads per layer (1 for an MLA latent).
-        head_dim: values per head (the latent width for MLA).
-        dtype_bytes: bytes per KV element (2 for bf16, 1 for fp8).
-        latent: an MLA latent (one shared vector per layer, no separate K and V, not split by
-            TP) rather than K and V heads.
-    """
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype_bytes: int
-    latent: bool = False
-
-    def bytes_per_token(self, tp: int = 1) -> int:
-        """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank."""
-        _check_int("tp", tp, 1)
-        if self.latent:
-            return self.num_layers * self.head_dim * self.dtype_bytes
-        heads_per_gpu = -(-self.num_kv_heads // tp)  # ceil: fewer heads than GPUs replicate
-        return self.num_layers * 2 * heads_per_gpu * self.head_dim * self.dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -215,7 +187,7 @@ def _check_uniform(config: dict[str, Any], label: str) -> None:
 
 def kv_geometry(
     model: str | os.PathLike[str], *, dtype_bytes: int | None = None, backend: str = "trtllm"
-) -> KvGeometry:
+) -> KvShape:
     """The KV layout of ``model`` (an AIC model name or a ``config.json`` path).
 
     Reads ``num_hidden_layers``, ``num_key_value_heads`` (else ``num_attention_heads``) and
@@ -234,14 +206,18 @@ def kv_geometry(
         if _is_file(model):
             dtype_bytes = config_dtype_bytes(config, label)
         else:
-            dtype_bytes = _aic_kv_dtype_bytes(str(model), backend)
+            from dynosim.aic.models import kv_dtype_bytes
+
+            dtype_bytes = kv_dtype_bytes(str(model), backend)
     _check_int("dtype_bytes", dtype_bytes, 1)
     layers = _require(config, label, "num_hidden_layers")
     if config.get("kv_lora_rank"):
         latent = _require(config, label, "kv_lora_rank") + _require(
             config, label, "qk_rope_head_dim"
         )
-        return KvGeometry(layers, 1, latent, dtype_bytes, latent=True)
+        return KvShape(
+            num_layers=layers, num_kv_heads=1, head_dim=latent, dtype_bytes=dtype_bytes, latent=True
+        )
     heads = _require(config, label, "num_attention_heads")
     kv_heads = _field(config, label, "num_key_value_heads") or heads
     head_dim = _field(config, label, "head_dim")
@@ -253,7 +229,9 @@ def kv_geometry(
                 f"num_attention_heads {heads}"
             )
         head_dim = hidden // heads
-    return KvGeometry(layers, kv_heads, head_dim, dtype_bytes)
+    return KvShape(
+        num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=dtype_bytes
+    )
 
 
 def kv_bytes_per_token(
@@ -270,29 +248,6 @@ def kv_bytes_per_token(
     return kv_geometry(model, dtype_bytes=dtype_bytes, backend=backend).bytes_per_token(tp)
 
 
-@functools.lru_cache(maxsize=32)
-def _aic_model(model_name: str, backend: str) -> Any:
-    """AIC's model object for ``model_name`` at TP 1 (weights and KV dtype as AIC infers them)."""
-    from dynosim.aic import _import_aic, bundled_model_config
-
-    bundled_model_config(model_name)  # a clear error for an unknown model
-    _import_aic()
-    from aiconfigurator_core.sdk.config_builders import build_model_config
-    from aiconfigurator_core.sdk.models import get_model
-
-    config = build_model_config(
-        tp_size=1, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1
-    )
-    try:
-        return get_model(model_name, config, backend)
-    except Exception as e:  # AIC raises bare errors for models a backend cannot build
-        raise ConfigError(f"AIConfigurator cannot build {model_name} for {backend}: {e}") from None
-
-
-def _aic_kv_dtype_bytes(model_name: str, backend: str) -> int:
-    return int(_aic_model(model_name, backend).config.kvcache_quant_mode.value.memory)
-
-
 def model_weight_bytes(
     model: str | os.PathLike[str], *, backend: str = "trtllm", dtype_bytes: int | None = None
 ) -> int:
@@ -306,8 +261,9 @@ def model_weight_bytes(
     or quantized checkpoints given as a file are refused: give their weights instead.
     """
     if not _is_file(model):
-        weights = sum(op.get_weights() for op in _aic_model(str(model), backend).context_ops)
-        return int(weights)
+        from dynosim.aic.models import weight_bytes
+
+        return weight_bytes(str(model), backend)
     config, label = load_model_config(model)
     for key in ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank"):
         if config.get(key):
@@ -445,7 +401,6 @@ def estimate_kv_capacity(
 
 __all__ = [
     "KvCapacity",
-    "KvGeometry",
     "config_dtype_bytes",
     "estimate_kv_capacity",
     "estimate_num_gpu_blocks",

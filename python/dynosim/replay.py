@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim import _core
-from dynosim.config import SimConfig, load_config
+from dynosim.config import AicTiming, SimConfig, load_config
 from dynosim.report import Report
 from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
 
@@ -25,6 +26,18 @@ def _columns(
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
     return workload.columns()
+
+
+def core_config_json(config: SimConfig) -> str:
+    """``config`` as the JSON document the core replays: its ``aic`` timing sections become
+    their ``table`` timing (built once with AIConfigurator, then read from the on-disk cache),
+    since the core prices passes from tables only."""
+    timings = (config.timing, config.prefill.timing, config.decode.timing)
+    if not any(isinstance(t, AicTiming) for t in timings):
+        return config.model_dump_json()
+    from dynosim.aic import aic_sections_to_tables
+
+    return json.dumps(aic_sections_to_tables(config.model_dump()))
 
 
 def replay(
@@ -46,13 +59,8 @@ def replay(
     cfg = load_config(config)
     cols = _columns(workload)
     args = (
-        cols.arrival_ms,
-        cols.input_length,
-        cols.output_length,
-        cols.hash_offsets,
-        cols.hash_ids,
-        cols.trace_block_size,
-        cfg.to_core_json(),
+        *cols.core_arrays(),
+        core_config_json(cfg),
     )
     sessions = {"session": cols.session, "delay_ms": cols.delay_ms}
     if not progress:
@@ -101,4 +109,4 @@ def _stderr_console():
     return Console(file=sys.stderr)
 
 
-__all__ = ["replay"]
+__all__ = ["core_config_json", "replay"]

@@ -38,9 +38,9 @@ class Report:
     """What one replay produced.
 
     Attributes:
-        summary: the summary of SPEC section 8 (counts, token totals, ``duration_ms``,
+        summary: counts (completed + rejected = requests), token totals, ``duration_ms``,
             throughputs in requests/s and tokens/s, latency distributions in ms with mean, std,
-            min, max, p50, p75, p90, p95, p99, prefix reuse, GPU-hours, goodput).
+            min, max, p50, p75, p90, p95, p99, prefix reuse, GPU-hours, goodput.
         config: the full configuration that ran, defaults filled in.
         requests: one numpy array per field, one entry per workload row in row order: times in
             ms (NaN where a request never got there), token counts, ``worker``, ``status``

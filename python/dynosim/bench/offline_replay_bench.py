@@ -23,16 +23,17 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from dynosim.cli import EXIT_BAD_INPUT, EXIT_FAILED, render_summary
-from dynosim.compare import DynamoReplay, DynamoRun, metric_rows
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from dynosim.cli.summary import render_summary
+from dynosim.compare.dynamo import DynamoReplay, DynamoRun, metric_rows
 from dynosim.config import ClusterConfig, SimConfig
 from dynosim.errors import DynosimError
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.workload import load_trace
 
-#: Exit code when two iterations' canonical reports differ (0: all equal; see dynosim.cli for
-#: bad input and failed simulations).
+#: Exit code when two iterations' canonical reports differ (0: all equal; see dynosim.cli.common
+#: for bad input and failed simulations).
 EXIT_NONDETERMINISTIC = 3
 
 _ROUTERS: tuple[str, ...] = get_args(ClusterConfig.model_fields["router"].annotation)

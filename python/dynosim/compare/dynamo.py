@@ -11,125 +11,86 @@ links raises :class:`~dynosim.errors.ConfigError` naming the field.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynosim.config import SimConfig
-from dynosim.errors import ConfigError, DynosimError, MissingExtraError, WorkloadError
+from dynosim._dependencies import dynamo
+from dynosim.config import PolynomialTiming, Resolved, RoleView, SimConfig, resolve
+from dynosim.errors import ConfigError, DynosimError, WorkloadError
 from dynosim.report import Report
 
-#: The release the mapping was written and checked against (``dynosim[compare]`` pins it).
-DYNAMO_VERSION = "1.6.1"
 
-_INSTALL_HINT = "pip install 'dynosim[compare]'"
-
-
-def import_dynamo() -> Any:
-    """Dynamo's native module ``dynamo._core``, imported on first use.
-
-    Sets ``DYN_LOG=error`` unless the caller chose a level (Dynamo logs every replay otherwise).
-    Raises :class:`~dynosim.errors.MissingExtraError` when Dynamo is not installed.
-    """
-    os.environ.setdefault("DYN_LOG", "error")
-    try:
-        from dynamo import _core
-    except ImportError as e:
-        raise MissingExtraError(
-            f"comparing with Dynamo needs ai-dynamo-runtime=={DYNAMO_VERSION}: "
-            f"{_INSTALL_HINT} (import failed: {e})"
-        ) from None
-    return _core
-
-
-def kv_bytes_per_token(config: SimConfig) -> int | None:
-    """KV bytes of one token (bytes) from ``kv_transfer``: ``kv_bytes_per_token`` or
-    ``kv_shape`` (layers x 2 x kv heads x head dim x dtype bytes, SPEC section 5).
-
-    Dynamo takes a whole number of bytes; a fractional value raises ConfigError.
-    """
-    kv = config.kv_transfer
-    if kv.kv_bytes_per_token is not None:
-        value = kv.kv_bytes_per_token
-        if value != int(value):
-            raise ConfigError(
-                f"kv_transfer.kv_bytes_per_token: Dynamo takes a whole number of bytes, got {value}"
-            )
-        return int(value)
-    if kv.kv_shape is not None:
-        s = kv.kv_shape
-        return s.num_layers * 2 * s.num_kv_heads * s.head_dim * s.dtype_bytes
-    return None
-
-
-def _engine_args(config: SimConfig, role: str) -> dict[str, Any]:
-    """One role's Dynamo engine launch config: ``{"engine": {...}}`` plus the rank layout.
-
-    ``role`` is aggregated, prefill or decode; a role section of ``config`` replaces the
-    shared engine or timing section, as it does in dynosim.
-    """
-    override = {"prefill": config.prefill, "decode": config.decode}.get(role)
-    own_engine = override.engine if override is not None else None
-    own_timing = override.timing if override is not None else None
-    engine = own_engine if own_engine is not None else config.engine
-    timing = own_timing if own_timing is not None else config.timing
-    where = f"{role}.timing" if own_timing is not None else "timing"
-    if timing.model != "polynomial":
+def kv_bytes_per_token(view: Resolved) -> int | None:
+    """The whole-model KV bytes of one token (None: not given), as the whole number of bytes
+    Dynamo takes; a fractional value raises ConfigError."""
+    value = view.kv_transfer.bytes_per_token
+    if value is None:
+        return None
+    if value != int(value):
         raise ConfigError(
-            f"{where}.model: Dynamo's replay times passes with the polynomial model only, "
-            f"got {timing.model!r}"
+            f"kv_transfer.kv_bytes_per_token: Dynamo takes a whole number of bytes, got {value}"
         )
-    e = engine.model_dump()
+    return int(value)
+
+
+def _engine_args(role: RoleView) -> dict[str, Any]:
+    """One role's Dynamo engine launch config: ``{"engine": {...}}`` plus the rank layout."""
+    timing = role.timing
+    if not isinstance(timing, PolynomialTiming):
+        raise ConfigError(
+            f"{role.timing_path}.model: Dynamo's replay times passes with the polynomial model "
+            f"only, got {timing.model!r}"
+        )
+    e = role.engine
     args: dict[str, Any] = {
         "engine": {
-            "block_size": e["block_size"],
-            "num_gpu_blocks": e["num_gpu_blocks"],
-            "max_num_seqs": e["max_num_seqs"],
-            "max_num_batched_tokens": e["max_num_batched_tokens"],
-            "enable_chunked_prefill": e["enable_chunked_prefill"],
+            "block_size": e.block_size,
+            "num_gpu_blocks": e.num_gpu_blocks,
+            "max_num_seqs": e.max_num_seqs,
+            "max_num_batched_tokens": e.max_num_batched_tokens,
+            "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_prefix_caching": True,  # dynosim always shares prefixes
-            "preemption_mode": e["preemption_mode"],
+            "preemption_mode": e.preemption_mode,
             "speedup_ratio": timing.speedup_ratio,
             "decode_speedup_ratio": timing.decode_speedup_ratio,
-            "worker_type": role,  # Dynamo names the roles as dynosim does
+            "worker_type": role.role,  # Dynamo names the roles as dynosim does
         }
     }
     # Rank layout sits beside "engine" in Dynamo's launch config.
-    if e.get("tensor_parallel_size", 1) != 1:
-        args["tensor_parallel_size"] = e["tensor_parallel_size"]
-    if e.get("data_parallel_size", 1) != 1:
-        args["dp_size"] = e["data_parallel_size"]
+    if e.tensor_parallel_size != 1:
+        args["tensor_parallel_size"] = e.tensor_parallel_size
+    if e.data_parallel_size != 1:
+        args["dp_size"] = e.data_parallel_size
     return args
 
 
-def _transfer_args(config: SimConfig) -> dict[str, Any]:
+def _transfer_args(view: Resolved) -> dict[str, Any]:
     """The KV-transfer fields of a disaggregated engine: bytes per token, GB/s, sizing."""
-    kv = config.kv_transfer
+    kv = view.kv_transfer
     if kv.first_token != "first_decode_pass":
         raise ConfigError(
             "kv_transfer.first_token: Dynamo counts a first token after the decode worker's "
             f"first pass; compare with first_token 'first_decode_pass', got {kv.first_token!r}"
         )
-    if kv.bandwidth_gbps is None:
+    if kv.send_gbps is None or kv.recv_gbps is None:
         return {}  # instant transfers in both simulators
-    if (kv.link_model or "max_min") != "line_rate":
+    if kv.link_model != "line_rate":
         raise ConfigError(
             "kv_transfer.link_model: Dynamo moves every transfer at full bandwidth; compare "
-            f"with link_model 'line_rate', got {kv.link_model or 'max_min (the default)'!r}"
+            f"with link_model 'line_rate', got {kv.link_model!r}"
         )
-    per_token = kv_bytes_per_token(config)
+    per_token = kv_bytes_per_token(view)
     if per_token is None:
         raise ConfigError(
             "kv_transfer: a bandwidth needs kv_bytes_per_token or kv_shape to size transfers"
         )
-    # At line rate a lone transfer runs at the slower of its two ends (as in dynosim).
-    bandwidth = min(kv.bandwidth_gbps, kv.decode_bandwidth_gbps or kv.bandwidth_gbps)
     return {
         "kv_transfer_bytes_per_token": per_token,
-        "kv_transfer_bandwidth": bandwidth,
-        "kv_transfer_timing_mode": kv.sizing or "full_prompt",
+        # At line rate a lone transfer runs at the slower of its two ends (as in dynosim).
+        "kv_transfer_bandwidth": min(kv.send_gbps, kv.recv_gbps),
+        "kv_transfer_timing_mode": kv.sizing,
     }
 
 
@@ -145,6 +106,7 @@ def dynamo_replay_kwargs(config: SimConfig, trace_block_size: int) -> dict[str, 
             f"cluster.router: the comparison with Dynamo covers round_robin only (its kv_router "
             f"is another cost model), got {c.router!r}"
         )
+    view = resolve(config)
     kwargs: dict[str, Any] = {
         "router_mode": "round_robin",
         "arrival_speedup_ratio": c.arrival_speedup_ratio,
@@ -153,13 +115,13 @@ def dynamo_replay_kwargs(config: SimConfig, trace_block_size: int) -> dict[str, 
     }
     if c.mode == "aggregated":
         kwargs["num_workers"] = c.num_workers
-        kwargs["extra_engine_args"] = _engine_args(config, "aggregated")
+        kwargs["extra_engine_args"] = _engine_args(view.roles["aggregated"])
     else:
-        transfer = _transfer_args(config)
+        transfer = _transfer_args(view)
         kwargs["num_prefill_workers"] = c.num_prefill_workers
         kwargs["num_decode_workers"] = c.num_decode_workers
         for role in ("prefill", "decode"):
-            args = _engine_args(config, role)
+            args = _engine_args(view.roles[role])
             args["engine"].update(transfer)
             kwargs[f"{role}_engine_args"] = args
     return kwargs
@@ -188,7 +150,7 @@ class DynamoReplay:
 
     ``trace_block_size`` is the number of prompt tokens per trace hash id. Construction fails
     early: WorkloadError for a trace Dynamo cannot read, ConfigError for settings it cannot
-    model, MissingExtraError when Dynamo is not installed.
+    model, MissingExtraError when Dynamo is not installed (the compare extra).
     """
 
     def __init__(self, trace: str | Path, config: SimConfig, trace_block_size: int) -> None:
@@ -199,7 +161,7 @@ class DynamoReplay:
                 f"not {self.trace.suffix!r} files"
             )
         self.kwargs = dynamo_replay_kwargs(config, trace_block_size)
-        self._core = import_dynamo()
+        self._core = dynamo()
 
     def run(self, rss: Any = None) -> DynamoRun:
         """Replay once. ``rss``, if given, has ``reset()`` and ``peak_mib()`` (for example
@@ -270,12 +232,10 @@ def metric_rows(report: Report, dynamo: dict[str, Any]) -> list[tuple[str, Any, 
 
 
 __all__ = [
-    "DYNAMO_VERSION",
     "METRICS",
     "DynamoReplay",
     "DynamoRun",
     "dynamo_replay_kwargs",
-    "import_dynamo",
     "kv_bytes_per_token",
     "metric_rows",
     "relative_difference",

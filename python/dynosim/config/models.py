@@ -1,163 +1,117 @@
-"""Typed simulation settings: cluster, engine, timing, SLA and report options.
+"""Typed simulation settings: cluster, engine, timing, KV transfers, offload tiers, SLA, report.
 
-The defaults are not written here: they come from the Rust core (``_core.default_config_json``),
-the one place that holds them. Value ranges are checked by the core too, so Python and Rust never
-disagree on what is valid; pydantic checks types and shape, and gives the JSON schema.
+Pure data. The defaults are not written here: they come from the Rust core
+(``_core.default_config_json``), the one place that holds them. Value ranges are checked by the
+core too, so Python and Rust never disagree on what is valid; pydantic checks types and shape,
+and gives the JSON schema.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import numpy as np
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dynosim import _core
-from dynosim.errors import ConfigError
+from dynosim._validation import StrictModel
 
 _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
-_M = TypeVar("_M", bound=BaseModel)
+_AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
+
+#: The ``model`` tags of the timing sections (left out of error paths).
+TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "aic"})
 
 
-class _FieldErrors(ConfigError):
-    """A ConfigError that keeps its problems as (dotted path, message) pairs, so an enclosing
-    model can prefix the paths when a nested model fails."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in problems))
-
-
-def _problems(err: ValidationError) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"])
-        cause = e.get("ctx", {}).get("error")
-        if isinstance(cause, _FieldErrors):  # a nested model's own report
-            out += [(".".join(filter(None, (path, p))), m) for p, m in cause.problems]
-        elif isinstance(cause, ConfigError):  # a value rule of the core: names its field
-            out.append(("", str(cause)))
-        else:
-            got = f" (got {e['input']!r})" if e["type"] != "missing" else ""
-            out.append((path, f"{e['msg']}{got}"))
-    return out
-
-
-class _Settings(BaseModel):
-    """Frozen, strict about unknown keys, and raising ConfigError instead of ValidationError."""
+class _Settings(StrictModel):
+    """A configuration section: frozen, strict about unknown keys, raising ConfigError."""
 
     # inf/NaN would reach the core as JSON null (an unset value): refuse them here.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as e:
-            raise _FieldErrors(_problems(e)) from None
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any):  # type: ignore[override]
-        try:
-            return super().model_validate(obj, **kwargs)
-        except ValidationError as e:
-            raise _FieldErrors(_problems(e)) from None
+    _tags = TIMING_MODELS
 
 
-def _default(section: str, key: str) -> Any:
-    return _DEFAULTS[section][key]
+def _default(section: str, key: str, description: str) -> Any:
+    """A field whose default is the core's."""
+    return Field(_DEFAULTS[section][key], description=description)
 
 
 class ClusterConfig(_Settings):
     """The cluster's workers and how the trace is played."""
 
-    mode: Literal["aggregated", "disaggregated"] = Field(
-        _default("cluster", "mode"),
-        description="aggregated: every worker prefills and decodes; disaggregated: prefill "
-        "workers hand the KV to decode workers.",
+    mode: Literal["aggregated", "disaggregated"] = _default(
+        "cluster",
+        "mode",
+        "aggregated: every worker prefills and decodes; disaggregated: prefill workers hand "
+        "the KV to decode workers.",
     )
-    num_workers: int = Field(
-        _default("cluster", "num_workers"), description="Workers in aggregated mode."
+    num_workers: int = _default("cluster", "num_workers", "Workers in aggregated mode.")
+    num_prefill_workers: int = _default(
+        "cluster", "num_prefill_workers", "Prefill workers (disaggregated)."
     )
-    num_prefill_workers: int = Field(
-        _default("cluster", "num_prefill_workers"), description="Prefill workers (disaggregated)."
+    num_decode_workers: int = _default(
+        "cluster", "num_decode_workers", "Decode workers (disaggregated)."
     )
-    num_decode_workers: int = Field(
-        _default("cluster", "num_decode_workers"), description="Decode workers (disaggregated)."
+    arrival_speedup_ratio: float = _default(
+        "cluster", "arrival_speedup_ratio", "Divides every inter-arrival gap of the trace."
     )
-    arrival_speedup_ratio: float = Field(
-        _default("cluster", "arrival_speedup_ratio"),
-        description="Divides every inter-arrival gap of the trace.",
+    router: Literal["round_robin", "random", "kv_aware"] = _default(
+        "cluster",
+        "router",
+        "How requests are spread over workers: in turn, at random (seeded), or kv_aware: "
+        "lowest overlap_weight x prompt blocks to prefill + active blocks.",
     )
-    router: Literal["round_robin", "random", "kv_aware"] = Field(
-        _default("cluster", "router"),
-        description="How requests are spread over workers: in turn, at random (seeded), or "
-        "kv_aware: lowest overlap_weight x prompt blocks to prefill + active blocks.",
+    router_seed: int = _default("cluster", "router_seed", "Random router seed.")
+    overlap_weight: float = _default(
+        "cluster", "overlap_weight", "kv_aware: weight of blocks to prefill against active blocks."
     )
-    router_seed: int = Field(_default("cluster", "router_seed"), description="Random router seed.")
-    overlap_weight: float = Field(
-        _default("cluster", "overlap_weight"),
-        description="kv_aware: weight of blocks to prefill against active blocks.",
-    )
-    concurrency: int | None = Field(
-        _default("cluster", "concurrency"),
-        description="Closed loop: at most this many sessions in flight (a request without a "
-        "session is a session of one turn); trace timestamps of session starts are ignored.",
+    concurrency: int | None = _default(
+        "cluster",
+        "concurrency",
+        "Closed loop: at most this many sessions in flight (a request without a session is a "
+        "session of one turn); trace timestamps of session starts are ignored.",
     )
 
 
 class EngineConfig(_Settings):
     """One worker's vLLM-like engine."""
 
-    block_size: int = Field(_default("engine", "block_size"), description="Tokens per KV block.")
-    num_gpu_blocks: int = Field(
-        _default("engine", "num_gpu_blocks"), description="KV blocks in one worker's GPU cache."
+    block_size: int = _default("engine", "block_size", "Tokens per KV block.")
+    num_gpu_blocks: int = _default("engine", "num_gpu_blocks", "KV blocks in one rank's GPU cache.")
+    max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
+    max_num_batched_tokens: int = _default(
+        "engine", "max_num_batched_tokens", "Token budget of one pass."
     )
-    max_num_seqs: int = Field(
-        _default("engine", "max_num_seqs"), description="Most requests running at once."
+    enable_chunked_prefill: bool = _default(
+        "engine", "enable_chunked_prefill", "Split long prompts across passes."
     )
-    max_num_batched_tokens: int = Field(
-        _default("engine", "max_num_batched_tokens"), description="Token budget of one pass."
+    preemption_mode: Literal["lifo", "fifo"] = _default(
+        "engine",
+        "preemption_mode",
+        "Which running request a KV shortage preempts, among those admitted after the one "
+        "needing the block: the newest (lifo) or the oldest (fifo).",
     )
-    enable_chunked_prefill: bool = Field(
-        _default("engine", "enable_chunked_prefill"),
-        description="Split long prompts across passes.",
+    tensor_parallel_size: int = _default(
+        "engine",
+        "tensor_parallel_size",
+        "GPUs one rank spans (TP); part of the timing key and the GPU count.",
     )
-    preemption_mode: Literal["lifo", "fifo"] = Field(
-        _default("engine", "preemption_mode"),
-        description="Which running request a KV shortage preempts, among those admitted "
-        "after the one needing the block: the newest (lifo) or the oldest (fifo).",
+    data_parallel_size: int = _default(
+        "engine",
+        "data_parallel_size",
+        "Ranks per worker, each with its own scheduler and num_gpu_blocks; a grouped pass "
+        "ends when the slowest rank ends. GPUs per worker = TP x DP.",
     )
-    tensor_parallel_size: int = Field(
-        _default("engine", "tensor_parallel_size"),
-        description="GPUs one rank spans (TP); part of the timing key and the GPU count.",
-    )
-    data_parallel_size: int = Field(
-        _default("engine", "data_parallel_size"),
-        description="Ranks per worker, each with its own scheduler and num_gpu_blocks; a "
-        "grouped pass ends when the slowest rank ends. GPUs per worker = TP x DP.",
-    )
-
-
-_POLY = _DEFAULTS["timing"]
 
 
 class PolynomialTiming(_Settings):
     """Dynamo mocker's uncalibrated step-time polynomial (ms)."""
 
     model: Literal["polynomial"] = "polynomial"
-    speedup_ratio: float = Field(_POLY["speedup_ratio"], description="Divides every step time.")
-    decode_speedup_ratio: float = Field(
-        _POLY["decode_speedup_ratio"], description="Further divides decode step times."
+    speedup_ratio: float = _default("timing", "speedup_ratio", "Divides every step time.")
+    decode_speedup_ratio: float = _default(
+        "timing", "decode_speedup_ratio", "Further divides decode step times."
     )
 
 
@@ -202,40 +156,27 @@ class TableTiming(_Settings):
         return value.tolist() if isinstance(value, np.ndarray) else value
 
 
-def load_timing_table(path: str | Path) -> TableTiming:
-    """A TableTiming from an .npz file holding the arrays named in ``TABLE_ARRAYS``."""
-    path = Path(path)
-    try:
-        with np.load(path) as npz:
-            missing = [name for name in TABLE_ARRAYS if name not in npz.files]
-            if missing:
-                raise ConfigError(
-                    f"{path}: timing table lacks arrays {', '.join(missing)} "
-                    f"(found {', '.join(npz.files) or 'none'})"
-                )
-            arrays = {name: npz[name] for name in TABLE_ARRAYS}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read the timing table: {e}") from None
-    try:
-        return TableTiming(**arrays)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
 class AicTiming(_Settings):
-    """Step times from AIConfigurator's performance database, built once into ``table`` timing
-    (needs ``pip install 'dynosim[aic]'``)."""
+    """Step times from AIConfigurator's performance database, built into ``table`` timing when
+    a replay starts (once, then read from the on-disk cache; needs ``pip install
+    'dynosim[aic]'``)."""
 
     model: Literal["aic"] = "aic"
     model_name: str = Field(description="AIConfigurator model name, e.g. Qwen/Qwen3-32B.")
     system: str = Field(description="AIConfigurator system name, e.g. h200_sxm.")
-    backend: Literal["trtllm", "vllm", "sglang"] = Field("trtllm", description="Serving engine.")
+    backend: Literal["trtllm", "vllm", "sglang"] = Field(
+        _AIC_DEFAULTS["backend"], description="Serving engine."
+    )
     backend_version: str | None = Field(
-        None,
+        _AIC_DEFAULTS["backend_version"],
         description="Backend version in AIC's database; unset: AIC's current one for the "
         "system and backend ('current', 'next' and 'previous' are accepted too).",
     )
-    tp: int = Field(1, ge=1, description="Tensor-parallel GPUs of one rank.")
+    tp: int = Field(
+        _AIC_DEFAULTS["tp"],
+        description="Tensor-parallel GPUs of one rank: the tensor_parallel_size of the engine "
+        "this section times.",
+    )
 
 
 TimingConfig = Annotated[
@@ -247,94 +188,111 @@ class RoleConfig(_Settings):
     """One role's own settings in disaggregated mode; each given section replaces the shared
     ``engine`` / ``timing`` section as a whole for that role."""
 
-    engine: EngineConfig | None = None
-    timing: TimingConfig | None = None
+    engine: EngineConfig | None = _default("prefill", "engine", "The role's own engine.")
+    timing: TimingConfig | None = _default("prefill", "timing", "The role's own timing.")
 
 
 class KvShape(_Settings):
-    """A model's KV geometry: bytes per token = layers x 2 x kv heads x head dim x dtype bytes."""
+    """A model's KV geometry: bytes per token = layers x 2 x kv heads x head dim x dtype bytes
+    (a latent: layers x width x dtype bytes)."""
 
     num_layers: int
-    num_kv_heads: int
-    head_dim: int
+    num_kv_heads: int = Field(description="KV heads per layer (1 for a latent).")
+    head_dim: int = Field(description="Values per head (the latent width for a latent).")
     dtype_bytes: int = Field(description="Bytes per KV element (2 for bf16, 1 for fp8).")
+    latent: bool = Field(
+        False,
+        description="A DeepSeek-style MLA latent: one vector per layer and token, no separate "
+        "K and V, kept whole by every tensor-parallel GPU.",
+    )
+
+    def bytes_per_token(self, tp: int = 1) -> int:
+        """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank (``tp`` 1: the
+        whole model's, what a transfer moves); computed by the core."""
+        return _core.kv_shape_bytes_per_token(self.model_dump_json(), tp)
 
 
 class KvTransferConfig(_Settings):
     """KV transfers from prefill to decode workers (disaggregated mode)."""
 
-    bandwidth_gbps: float | None = Field(
-        None, description="Each prefill worker's send link (GB/s = 1e9 B/s); unset: instant."
+    bandwidth_gbps: float | None = _default(
+        "kv_transfer",
+        "bandwidth_gbps",
+        "Each prefill rank's send link (GB/s = 1e9 B/s); unset: instant.",
     )
-    decode_bandwidth_gbps: float | None = Field(
-        None, description="Each decode worker's receive link (GB/s); unset: bandwidth_gbps."
+    decode_bandwidth_gbps: float | None = _default(
+        "kv_transfer",
+        "decode_bandwidth_gbps",
+        "Each decode rank's receive link (GB/s); unset: bandwidth_gbps.",
     )
-    link_model: Literal["max_min", "line_rate"] | None = Field(
-        None,
-        description="max_min (default with a bandwidth): transfers share links max-min "
-        "fairly; line_rate: every transfer at full bandwidth (Dynamo's model).",
+    link_model: Literal["max_min", "line_rate"] | None = _default(
+        "kv_transfer",
+        "link_model",
+        "max_min (default with a bandwidth): transfers share links max-min fairly; "
+        "line_rate: every transfer at full bandwidth (Dynamo's model).",
     )
-    sizing: Literal["full_prompt", "destination_missing"] | None = Field(
-        None,
-        description="Tokens a transfer moves: the full prompt (default) or only the blocks "
-        "the decode worker does not cache.",
+    sizing: Literal["full_prompt", "destination_missing"] | None = _default(
+        "kv_transfer",
+        "sizing",
+        "Tokens a transfer moves: the full prompt (default) or only the blocks the decode "
+        "worker does not cache.",
     )
-    first_token: Literal["kv_arrival", "first_decode_pass"] | None = Field(
-        None,
-        description="When a request's first token counts: when its KV lands (default, SPEC "
-        "section 5), or at the end of the decode worker's first pass with it, decode workers "
+    first_token: Literal["kv_arrival", "first_decode_pass"] | None = _default(
+        "kv_transfer",
+        "first_token",
+        "When a request's first token counts: when its KV lands on the decode worker "
+        "(default), or at the end of the decode worker's first pass with it, decode workers "
         "reserving blocks only between passes (Dynamo's mocker).",
     )
-    kv_bytes_per_token: float | None = Field(None, description="KV bytes of one token.")
-    kv_shape: KvShape | None = Field(None, description="Or the model's KV geometry.")
+    kv_bytes_per_token: float | None = _default(
+        "kv_transfer", "kv_bytes_per_token", "KV bytes of one token (whole model)."
+    )
+    kv_shape: KvShape | None = _default("kv_transfer", "kv_shape", "Or the model's KV geometry.")
 
 
 class SlaConfig(_Settings):
     """Goodput thresholds; an unset threshold is not checked."""
 
-    ttft_ms: float | None = Field(None, description="Time to first token limit (ms).")
-    itl_ms: float | None = Field(None, description="Limit on a request's mean ITL (TPOT, ms).")
-    e2e_ms: float | None = Field(None, description="End-to-end latency limit (ms).")
+    ttft_ms: float | None = _default("sla", "ttft_ms", "Time to first token limit (ms).")
+    itl_ms: float | None = _default("sla", "itl_ms", "Limit on a request's mean ITL (TPOT, ms).")
+    e2e_ms: float | None = _default("sla", "e2e_ms", "End-to-end latency limit (ms).")
 
 
 class ReportConfig(_Settings):
     """What the report samples besides per-request metrics."""
 
-    sample_interval_ms: float = Field(
-        _default("report", "sample_interval_ms"), description="Time-series interval (ms)."
+    sample_interval_ms: float = _default(
+        "report", "sample_interval_ms", "Time-series interval (ms)."
     )
 
 
 class OffloadConfig(_Settings):
-    """KV offload tiers (SPEC section 6): G2 host memory per rank, G3 disk per rank or shared.
+    """KV offload tiers: G2 host memory per rank, G3 disk per rank or one pool for the cluster.
     Needs ``kv_transfer.kv_bytes_per_token`` (or ``kv_shape``) to size block moves."""
 
-    g2_blocks: int | None = Field(
-        _default("offload", "g2_blocks"),
-        description="G2 (host memory) blocks per rank; unset: no offload tiers.",
+    g2_blocks: int | None = _default(
+        "offload", "g2_blocks", "G2 (host memory) blocks per rank; unset: no offload tiers."
     )
-    g3_blocks: int | None = Field(
-        _default("offload", "g3_blocks"),
-        description="G3 (disk) blocks per rank, or of the one pool with g3_shared; needs G2.",
+    g3_blocks: int | None = _default(
+        "offload",
+        "g3_blocks",
+        "G3 (disk) blocks per rank, or of the one pool with g3_shared; needs G2.",
     )
-    g3_shared: bool = Field(
-        _default("offload", "g3_shared"),
-        description="One G3 pool, and its G3->G2 link, shared by the whole cluster.",
+    g3_shared: bool = _default(
+        "offload", "g3_shared", "One G3 pool, and its G3->G2 link, shared by the whole cluster."
     )
-    g1_g2_gbps: float = Field(
-        _default("offload", "g1_g2_gbps"),
-        description=(
-            "Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s): G2 hits come up on it; "
-            "offloads count their bytes but move no flow (nothing else shares their direction "
-            "and offloaded blocks count as in G2 at once)."
-        ),
+    g1_g2_gbps: float = _default(
+        "offload",
+        "g1_g2_gbps",
+        "Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s): G2 hits come up on it; "
+        "offloads count their bytes but move no flow (nothing else shares their direction and "
+        "offloaded blocks count as in G2 at once).",
     )
-    g2_g3_gbps: float = Field(
-        _default("offload", "g2_g3_gbps"),
-        description=(
-            "Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s): G3 hits "
-            "come up on it (and through the G1<->G2 link)."
-        ),
+    g2_g3_gbps: float = _default(
+        "offload",
+        "g2_g3_gbps",
+        "Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s): G3 hits come up "
+        "on it (and through the G1<->G2 link).",
     )
 
 
@@ -354,65 +312,13 @@ class SimConfig(_Settings):
     @model_validator(mode="after")
     def _check_ranges(self) -> SimConfig:
         # The core owns the value rules; it raises ConfigError naming the field and value.
-        # An aic section is checked by its own model; building its tables waits for a replay.
-        data = self.model_dump()
-        for section in (data, data["prefill"], data["decode"]):
-            if (section.get("timing") or {}).get("model") == "aic":
-                section["timing"] = None if section is not data else {"model": "polynomial"}
-        _core.normalize_config_json(json.dumps(data))
+        _core.normalize_config_json(self.model_dump_json())
         return self
-
-    def to_core_json(self) -> str:
-        """The configuration as the JSON document the Rust core reads. ``aic`` timing sections
-        become their ``table`` timing (built once with AIConfigurator, then read from the
-        on-disk cache): the core reads tables only."""
-        timings = (self.timing, self.prefill.timing, self.decode.timing)
-        if not any(isinstance(t, AicTiming) for t in timings):
-            return self.model_dump_json()
-        from dynosim.aic import aic_sections_to_tables  # lazy: it imports this module
-
-        return json.dumps(aic_sections_to_tables(self.model_dump()))
-
-
-def load_config(source: SimConfig | dict[str, Any] | str | Path | None = None) -> SimConfig:
-    """A SimConfig from a model, a dict, or a YAML / JSON file path (None: all defaults)."""
-    if source is None:
-        return SimConfig()
-    if isinstance(source, SimConfig):
-        return source
-    if isinstance(source, dict):
-        return SimConfig.model_validate(source)
-    return load_settings_file(source, SimConfig, "configuration")
-
-
-def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
-    """Validate a YAML / JSON file as ``model``; every problem is a ConfigError naming the file
-    (``what`` names the document in messages, e.g. "configuration")."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
-    try:
-        return model.model_validate(data)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
-def config_json_schema() -> dict[str, Any]:
-    """The JSON schema of SimConfig (for editors and YAML language servers)."""
-    return SimConfig.model_json_schema()
 
 
 __all__ = [
+    "TABLE_ARRAYS",
+    "TIMING_MODELS",
     "AicTiming",
     "ClusterConfig",
     "EngineConfig",
@@ -427,7 +333,4 @@ __all__ = [
     "SlaConfig",
     "TableTiming",
     "TimingConfig",
-    "config_json_schema",
-    "load_config",
-    "load_timing_table",
 ]

@@ -12,7 +12,6 @@ because the CRD keeps growing and a field this module does not know is not a pro
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -24,7 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from dynosim.deploy import Candidate, WorkerRole, load_candidate
+from dynosim._validation import problems, shown, under
+from dynosim.deploy.candidate import Candidate, WorkerRole, load_candidate
 from dynosim.errors import ConfigError, ManifestError
 
 __all__ = [
@@ -65,8 +65,9 @@ _HEREDOC = re.compile(
 
 
 def worker_service_name(backend: str, role: str) -> str:
-    """The DGD service name of a ``backend`` worker in ``role`` (agg, prefill or decode)."""
-    return _BACKEND_PREFIX[backend] + _ROLE_SUFFIX[None if role == "agg" else role]
+    """The DGD service name of a ``backend`` worker in ``role`` (aggregated, prefill or
+    decode)."""
+    return _BACKEND_PREFIX[backend] + _ROLE_SUFFIX[None if role == "aggregated" else role]
 
 
 @dataclass(frozen=True)
@@ -193,49 +194,6 @@ def _read(source: str | os.PathLike[str]) -> str:
         raise ManifestError(f"{path}: cannot read the manifest: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{path}: the manifest is not UTF-8 text (byte {exc.start})") from exc
-
-
-def _shown(value: Any) -> str:
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _join(prefix: str, loc: tuple[Any, ...] | list[Any]) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part != "[key]":  # pydantic's marker for a bad dict key; the key itself is shown
-            out = f"{out}.{part}" if out else str(part)
-    return out
-
-
-def _type_problems(exc: ValidationError, prefix: str) -> list[Problem]:
-    kinds = {
-        "string_type": "a string",
-        "int_type": "an integer",
-        "dict_type": "a mapping",
-        "model_type": "a mapping",
-        "model_attributes_type": "a mapping",
-        "list_type": "a list",
-    }
-    out = []
-    for err in exc.errors():
-        path = _join(prefix, err["loc"])
-        kind = err["type"]
-        if kind == "missing":
-            message = "required, but not given"
-        elif kind in kinds:
-            message = f"expected {kinds[kind]}, got {_shown(err['input'])}"
-        elif kind == "too_short":
-            message = "expected at least one entry, got none"
-        else:
-            message = f"{err['msg']}, got {_shown(err['input'])}"
-        out.append(Problem(path, message))
-    return out
 
 
 def _documents(text: str) -> tuple[list[tuple[int, Any]], list[Problem]]:
@@ -455,11 +413,15 @@ class _Checker:
     def add(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
 
+    def _add_problems(self, exc: ValidationError, prefix: str) -> None:
+        for path, message in problems(exc):
+            self.add(under(prefix, path or ""), message)
+
     def run(self, candidate: Candidate | None) -> list[Problem]:
         dgds = []
         for index, doc in self.docs:
             if not isinstance(doc, dict):
-                self.add(f"document {index}", f"expected a mapping, got {_shown(doc)}")
+                self.add(f"document {index}", f"expected a mapping, got {shown(doc)}")
             elif not isinstance(doc.get("kind"), str):
                 self.add(f"document {index}", "has no kind")
             elif doc["kind"] == _DGD_KIND:
@@ -482,7 +444,7 @@ class _Checker:
         try:
             cm = ConfigMap.model_validate(doc)
         except ValidationError as exc:
-            self.problems += _type_problems(exc, f"document {index} (ConfigMap)")
+            self._add_problems(exc, f"document {index} (ConfigMap)")
             return
         self.config_maps[cm.metadata.name] = cm
 
@@ -490,7 +452,7 @@ class _Checker:
         try:
             DynamoGraphDeployment.model_validate(doc)
         except ValidationError as exc:
-            self.problems += _type_problems(exc, "")
+            self._add_problems(exc, "")
         # Check every part that is well-formed, even when another part is not.
         if isinstance(doc.get("apiVersion"), str) and doc["apiVersion"] != DGD_API_VERSION:
             self.add("apiVersion", f"expected {DGD_API_VERSION}, got {doc['apiVersion']}")
@@ -613,7 +575,7 @@ class _Checker:
         if value is None or value < 1:
             self.add(
                 setting.path,
-                f"{setting.name}: expected a positive integer, got {_shown(setting.value)}",
+                f"{setting.name}: expected a positive integer, got {shown(setting.value)}",
             )
         return value
 
@@ -731,7 +693,7 @@ class _Checker:
         if got is None:
             self.add(
                 setting.path,
-                f"{setting.name}: expected an integer, got {_shown(setting.value)}",
+                f"{setting.name}: expected an integer, got {shown(setting.value)}",
             )
         elif want is not None and got != want:
             self.add(

@@ -1,0 +1,84 @@
+"""The terminal summary of a replay: counts, throughput, latency percentiles, reuse, GPU-hours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynosim.report import Report
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render_summary(report: Report, source: str) -> Any:
+    """A rich Table of the summary: counts, throughput, latency percentiles, reuse, GPU-hours."""
+    from rich.table import Table
+
+    s = report.summary
+    head = Table(show_header=False)
+    head.add_column(style="bold")
+    head.add_column(justify="right")
+    rows = [
+        ("requests", f"{s['num_requests']:,}"),
+        ("completed / rejected", f"{s['completed_requests']:,} / {s['rejected_requests']:,}"),
+        ("workers x GPUs each", f"{s['num_workers']} x {s['num_gpus'] // s['num_workers']}"),
+        ("virtual duration (s)", _fmt(s["duration_ms"] / 1000.0)),
+        ("request throughput (req/s)", _fmt(s["request_throughput_rps"], 3)),
+        ("output tokens/s", _fmt(s["output_token_throughput_tps"], 1)),
+        ("total tokens/s", _fmt(s["total_token_throughput_tps"], 1)),
+        ("prefix reuse ratio", _fmt(s["prefix_reuse_ratio"], 4)),
+        ("goodput (req/s)", _fmt(s["goodput_rps"], 3)),
+        ("GPU-hours", _fmt(s["gpu_hours"], 3)),
+        ("passes / preemptions", f"{s['num_passes']:,} / {s['num_preemptions']:,}"),
+    ]
+    if report.config["cluster"]["mode"] == "disaggregated":
+        c = report.config["cluster"]
+        util = s["link_utilization"]
+        rows[2] = (
+            "prefill + decode workers",
+            f"{c['num_prefill_workers']} + {c['num_decode_workers']}",
+        )
+        rows += [
+            ("KV transfers / GB", f"{s['num_transfers']:,} / {s['transfer_bytes'] / 1e9:,.2f}"),
+            (
+                "transfer ms mean / p99",
+                f"{_fmt(s['transfer_ms']['mean'])} / {_fmt(s['transfer_ms']['p99'])}",
+            ),
+            ("max link utilization", _fmt(max(util), 4) if util else "-"),
+            ("rate recomputations", f"{s['rate_recomputations']:,}"),
+        ]
+    if "offload" in s:
+        o = s["offload"]
+        rows.append(
+            (
+                "hit blocks G1 / G2 / G3",
+                f"{o['g1_hit_blocks']:,} / {o['g2_hit_blocks']:,} / {o['g3_hit_blocks']:,}",
+            )
+        )
+        rows.append(
+            (
+                "onboards / ms mean / GB up / GB down",
+                f"{o['num_onboards']:,} / {_fmt(o['onboard_ms']['mean'])} / "
+                f"{o['onboard_bytes'] / 1e9:,.2f} / {o['offload_bytes'] / 1e9:,.2f}",
+            )
+        )
+    for name, value in rows:
+        head.add_row(name, value)
+    lat = Table(title="latency (ms)", title_justify="left")
+    lat.add_column("metric", style="bold")
+    for col in ("mean", "p50", "p90", "p99", "max"):
+        lat.add_column(col, justify="right")
+    for metric in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        d = s[metric]
+        lat.add_row(
+            metric.removesuffix("_ms").upper(),
+            *(_fmt(d[c]) for c in ("mean", "p50", "p90", "p99", "max")),
+        )
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(Text(f"dynosim replay of {source}", style="bold"), head, lat)
+
+
+__all__ = ["render_summary"]

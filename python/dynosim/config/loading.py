@@ -1,0 +1,60 @@
+"""Reading settings: a SimConfig from a model, a dict or a YAML / JSON file, and the JSON schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel
+
+from dynosim.config.models import SimConfig
+from dynosim.errors import ConfigError
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def load_config(source: SimConfig | dict[str, Any] | str | Path | None = None) -> SimConfig:
+    """A SimConfig from a model, a dict, or a YAML / JSON file path (None: all defaults)."""
+    if source is None:
+        return SimConfig()
+    if isinstance(source, SimConfig):
+        return source
+    if isinstance(source, dict):
+        return SimConfig.model_validate(source)
+    if isinstance(source, str | Path):
+        return load_settings_file(source, SimConfig, "configuration")
+    raise ConfigError(
+        "config: expected a SimConfig, a dict, a YAML/JSON file path or None, "
+        f"got {type(source).__name__}"
+    )
+
+
+def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
+    """Validate a YAML / JSON file as ``model``; every problem is a ConfigError naming the file
+    (``what`` names the document in messages, e.g. "configuration")."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON schema of SimConfig (for editors and YAML language servers)."""
+    return SimConfig.model_json_schema()
+
+
+__all__ = ["config_json_schema", "load_config", "load_settings_file"]

@@ -1,0 +1,51 @@
+"""The .npz file format of table timing: one float64 array per ``TableTiming`` field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dynosim.config.models import TABLE_ARRAYS, TableTiming
+from dynosim.errors import ConfigError
+
+
+def load_timing_table(path: str | Path) -> TableTiming:
+    """A TableTiming from an .npz file holding the arrays named in ``TABLE_ARRAYS``."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [name for name in TABLE_ARRAYS if name not in npz.files]
+            if missing:
+                raise ConfigError(
+                    f"{path}: timing table lacks arrays {', '.join(missing)} "
+                    f"(found {', '.join(npz.files) or 'none'})"
+                )
+            arrays = {name: npz[name] for name in TABLE_ARRAYS}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read the timing table: {e}") from None
+    try:
+        return TableTiming(**arrays)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def write_timing_table(
+    path: Path, table: TableTiming, extra: dict[str, np.ndarray] | None = None
+) -> None:
+    """Write ``table`` (and the ``extra`` arrays) to the .npz file ``path``."""
+    arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in TABLE_ARRAYS}
+    # Through a file object: np.savez would append ".npz" to a path lacking it.
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays, **(extra or {}))
+
+
+def save_timing_table(table: TableTiming, path: str | Path) -> Path:
+    """Write ``table`` to an .npz file holding one float64 array per field (``TABLE_ARRAYS``),
+    the format :func:`load_timing_table` reads. Returns the path."""
+    path = Path(path)
+    write_timing_table(path, table)
+    return path
+
+
+__all__ = ["load_timing_table", "save_timing_table", "write_timing_table"]

@@ -1,0 +1,139 @@
+"""The columnar requests a replay reads: one arrival (ms), input and output length (tokens) per
+request, the prefix hash ids of each prompt in CSR layout, and optional session columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynosim import _core
+from dynosim.errors import WorkloadError
+
+
+@dataclass(frozen=True, eq=False)
+class TraceColumns:
+    """Columnar requests handed to the Rust core.
+
+    Request ``i`` arrives at ``arrival_ms[i]`` (ms; the replay counts from the first arrival),
+    has ``input_length[i]`` prompt tokens and ``output_length[i]`` generated tokens, and owns the
+    prefix hash ids ``hash_ids[hash_offsets[i]:hash_offsets[i + 1]]``, one per
+    ``trace_block_size`` prompt tokens. Arrays are 1-D and C-contiguous with dtypes float64
+    (arrivals), uint32 (lengths) and uint64 (offsets, ids). Construction checks dtypes and
+    shapes here, then the values by the core's rules (the ones a replay applies): arrivals
+    finite and non-decreasing, lengths >= 1, enough hash ids to cover each prompt, offsets
+    running from 0 to ``len(hash_ids)``; a failure raises
+    :class:`~dynosim.errors.WorkloadError` naming the request. Equality is identity: compare
+    the arrays.
+
+    Sessions (multi-turn conversations) are two optional columns, both None when the trace has
+    no sessions at all, else both given:
+
+    * ``session`` (int64): the session of each request, ``-1`` for a request outside any
+      session. The requests of one session are its turns, in row order.
+    * ``delay_ms`` (float64): how long after turn ``n`` completes turn ``n + 1`` is sent; NaN
+      where no delay was given, and always NaN on a request outside a session and on the first
+      turn of a session. The first turn is sent at its ``arrival_ms``; a later turn with a NaN
+      delay is sent when the turn before it completes plus the gap between their
+      ``arrival_ms``. Delays are finite and >= 0.
+    """
+
+    arrival_ms: np.ndarray
+    input_length: np.ndarray
+    output_length: np.ndarray
+    hash_offsets: np.ndarray
+    hash_ids: np.ndarray
+    trace_block_size: int
+    session: np.ndarray | None = None
+    delay_ms: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        bs = self.trace_block_size
+        if isinstance(bs, bool) or not isinstance(bs, int) or not 0 < bs < 2**32:
+            raise WorkloadError(
+                f"TraceColumns.trace_block_size: expected a positive integer, got {bs!r}"
+            )
+        for name, dtype in (
+            ("arrival_ms", np.float64),
+            ("input_length", np.uint32),
+            ("output_length", np.uint32),
+            ("hash_offsets", np.uint64),
+            ("hash_ids", np.uint64),
+            ("session", np.int64),
+            ("delay_ms", np.float64),
+        ):
+            arr = getattr(self, name)
+            if arr is None and name in ("session", "delay_ms"):
+                continue
+            if not isinstance(arr, np.ndarray):
+                raise WorkloadError(
+                    f"TraceColumns.{name}: expected a numpy array, got {type(arr).__name__}"
+                )
+            if arr.dtype != dtype or arr.ndim != 1:
+                raise WorkloadError(
+                    f"TraceColumns.{name}: expected a 1-D {np.dtype(dtype)} array, "
+                    f"got {arr.ndim}-D {arr.dtype}"
+                )
+            if not arr.flags.c_contiguous:
+                raise WorkloadError(f"TraceColumns.{name}: expected a C-contiguous array")
+        n = len(self.arrival_ms)
+        for name in ("input_length", "output_length", "session", "delay_ms"):
+            arr = getattr(self, name)
+            if arr is not None and len(arr) != n:
+                raise WorkloadError(
+                    f"TraceColumns.{name}: expected {n} values (one per request), got {len(arr)}"
+                )
+        if len(self.hash_offsets) != n + 1:
+            raise WorkloadError(
+                f"TraceColumns.hash_offsets: expected {n + 1} offsets (requests + 1), "
+                f"got {len(self.hash_offsets)}"
+            )
+        if (self.session is None) != (self.delay_ms is None):
+            given, absent = (
+                ("session", "delay_ms") if self.delay_ms is None else ("delay_ms", "session")
+            )
+            raise WorkloadError(
+                f"TraceColumns.{absent}: expected an array when {given} is given "
+                "(sessions need both columns; pass neither for a trace without sessions)"
+            )
+        _core.validate_workload(*self.core_arrays(), session=self.session, delay_ms=self.delay_ms)
+
+    def core_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The request columns in the order the core's functions take them."""
+        return (
+            self.arrival_ms,
+            self.input_length,
+            self.output_length,
+            self.hash_offsets,
+            self.hash_ids,
+            self.trace_block_size,
+        )
+
+    def __len__(self) -> int:
+        """Number of requests."""
+        return len(self.arrival_ms)
+
+    @property
+    def num_sessions(self) -> int:
+        """Number of distinct sessions (0 when the trace has none)."""
+        if self.session is None:
+            return 0
+        return len(np.unique(self.session[self.session >= 0]))
+
+
+def fresh_hash_ids(
+    input_length: np.ndarray, trace_block_size: int, first_id: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR offsets and ids giving each request its own ceil(input / block) never-shared ids.
+
+    The ids are ``first_id``, ``first_id + 1``, ... in row order.
+    """
+    blocks = (input_length.astype(np.uint64) + np.uint64(trace_block_size - 1)) // np.uint64(
+        trace_block_size
+    )
+    offsets = np.zeros(len(blocks) + 1, dtype=np.uint64)
+    np.cumsum(blocks, out=offsets[1:])
+    return offsets, np.arange(first_id, first_id + int(offsets[-1]), dtype=np.uint64)
+
+
+__all__ = ["TraceColumns", "fresh_hash_ids"]

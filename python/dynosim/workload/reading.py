@@ -1,0 +1,101 @@
+"""What the trace readers share: reading a file, checking a token count, putting rows in arrival
+order, and naming the file line of a row the core's workload rules refuse."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynosim._validation import shown
+from dynosim.errors import WorkloadError
+
+#: Lengths travel as uint32.
+MAX_LENGTH = 2**32
+
+
+def unreadable(path: Path, exc: OSError) -> WorkloadError:
+    """The error for a trace file that cannot be read."""
+    return WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}")
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark dropped, CRLF read as one break)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    return text.split("\n")
+
+
+def token_count(where: str, key: str, value: Any) -> int:
+    """``value`` as a token count of field ``key`` at ``where`` (file:line): 1 .. 2**32 - 1."""
+    # type() rather than isinstance(): bool is an int subclass, and 12.0 is not a token count.
+    if type(value) is not int or value < 0:
+        raise WorkloadError(
+            f"{where}: field {key!r}: expected a non-negative integer, got {shown(value, 80)}"
+        )
+    if value == 0 or value >= MAX_LENGTH:
+        raise WorkloadError(
+            f"{where}: field {key!r}: expected between 1 and 2**32 - 1 tokens, got {value}"
+        )
+    return value
+
+
+def arrival_order(path: Path, times: np.ndarray, line_numbers: Any) -> np.ndarray:
+    """Indices putting rows in arrival order; warns when the file was not already in it."""
+    late = np.zeros(len(times), dtype=bool)
+    late[1:] = times[1:] < np.maximum.accumulate(times)[:-1]
+    if not late.any():
+        return np.arange(len(times))
+    warnings.warn(
+        f"{path}: {int(late.sum())} of {len(times)} rows arrive earlier than a row above them "
+        f"(first at line {line_numbers[int(np.argmax(late))]}); sorted by timestamp, "
+        "keeping file order among equal timestamps",
+        UserWarning,
+        stacklevel=5,  # past this, the reader, columns() and load_trace, to their caller
+    )
+    return np.argsort(times, kind="stable")
+
+
+def csr_take(
+    offsets: np.ndarray, ids: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder CSR rows (row ``i`` owns ``ids[offsets[i]:offsets[i + 1]]``) to ``order``."""
+    starts = offsets.astype(np.int64)
+    counts = np.diff(starts)[order]
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # Element j of new row r comes from starts[order[r]] + (j - offsets[r]).
+    take = np.repeat(starts[order] - offsets[:-1], counts) + np.arange(offsets[-1])
+    return offsets.astype(np.uint64), ids[take]
+
+
+@contextmanager
+def naming_lines(path: Path, line_numbers: Any) -> Iterator[None]:
+    """Inside: a request the core's workload rules refuse is named by its file line
+    (``line_numbers[i]`` of request ``i``) instead of its index."""
+    try:
+        yield
+    except WorkloadError as exc:
+        request = getattr(exc, "request", None)
+        if request is None:
+            raise
+        raise WorkloadError(f"{path}:{line_numbers[request]}: {exc.detail}") from None
+
+
+__all__ = [
+    "MAX_LENGTH",
+    "arrival_order",
+    "csr_take",
+    "naming_lines",
+    "read_lines",
+    "token_count",
+    "unreadable",
+]

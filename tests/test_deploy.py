@@ -547,3 +547,65 @@ def test_synthetic_with_drawn_lengths_lowers_from_its_rows():
     totals = cols.input_length.astype(int) + cols.output_length.astype(int)
     assert lowered.context_length == int(totals.max())
     assert abs(lowered.isl - cols.input_length.mean()) <= 0.5
+
+
+# --- the candidate <-> configuration mapping (no AIC call) ----------------------------------
+
+
+def test_candidate_maps_to_the_configuration_it_simulates_and_back():
+    cand = Candidate(
+        mode="disaggregated",
+        model="Qwen/Qwen3-32B",
+        system="h200_sxm",
+        backend="trtllm",
+        backend_version="1.3.0rc14",
+        block_size=32,
+        prefill={"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 8},
+        decode={"replicas": 2, "tensor_parallel_size": 4, "max_batch_size": 128},
+    )
+    base = dynosim.SimConfig(kv_transfer={"bandwidth_gbps": 25.0, "kv_bytes_per_token": 1000})
+    config = cand.to_config(base)
+    assert config.cluster.mode == "disaggregated"
+    assert (config.cluster.num_prefill_workers, config.cluster.num_decode_workers) == (3, 2)
+    for role, tp, seqs in (("prefill", 2, 8), ("decode", 4, 128)):
+        engine, timing = getattr(config, role).engine, getattr(config, role).timing
+        assert (engine.block_size, engine.max_num_seqs, engine.tensor_parallel_size) == (
+            32,
+            seqs,
+            tp,
+        )
+        assert (timing.model, timing.model_name, timing.backend, timing.tp) == (
+            "aic",
+            "Qwen/Qwen3-32B",
+            "trtllm",
+            tp,
+        )
+        assert timing.backend_version == "1.3.0rc14"
+    assert config.kv_transfer == base.kv_transfer  # the rest of the base is kept
+    # 3 x TP 2 + 2 x TP 4 GPUs, as the manifest would ask for.
+    assert dynosim.config.resolve(config).num_gpus == 3 * 2 + 2 * 4
+    assert Candidate.from_config(config) == cand
+    agg = candidate("vllm", "aggregated")
+    assert Candidate.from_config(agg.to_config()) == agg
+
+
+def test_the_mapping_refuses_what_one_side_cannot_hold():
+    with pytest.raises(ConfigError, match=r"candidate.decode.pipeline_parallel_size: dynosim "):
+        candidate("vllm", "disaggregated").to_config()  # its decode role has PP 2
+    with pytest.raises(ConfigError, match=r"candidate.model: not given, and the roles' aic"):
+        Candidate.from_config(dynosim.SimConfig())
+    cand = Candidate.from_config(
+        dynosim.SimConfig(engine={"max_num_seqs": 12, "data_parallel_size": 2}),
+        model="m",
+        system="h200_sxm",
+        backend="vllm",
+        backend_version="0.20.1",
+    )
+    assert cand.aggregated == dynosim.WorkerRole(
+        replicas=4, data_parallel_size=2, max_batch_size=12
+    )
+    split = dynosim.SimConfig(
+        cluster={"mode": "disaggregated"}, decode={"engine": {"block_size": 16}}
+    )
+    with pytest.raises(ConfigError, match=r"engine.block_size=64, decode.engine.block_size=16"):
+        Candidate.from_config(split, model="m", system="s", backend="vllm", backend_version="1")

@@ -59,7 +59,8 @@ impl Worker {
 
 /// The workers and what joins them. Prefill workers come first, then decode workers; in
 /// aggregated mode every worker is aggregated and `num_prefill` is 0. Ranks are numbered the
-/// same way, and every rank has its own KV-transfer link.
+/// same way; in disaggregated mode every rank has its own KV-transfer link (a send link on a
+/// prefill rank, a receive link on a decode rank).
 pub(super) struct Cluster {
     pub(super) ranks: Vec<Scheduler>,
     pub(super) workers: Vec<Worker>,
@@ -332,7 +333,8 @@ impl Cluster {
             let rank = &self.ranks[r];
             match planned {
                 Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
-                // The queue head waits for blocks tied to transfers; their end touches us.
+                // The queue head waits for blocks tied to KV transfers or onboarding; their end
+                // touches us.
                 None if rank.awaits_transfers() => {}
                 // Otherwise every running request needs at least one token, the budget is at
                 // least one, and an empty rank admits its queue head (it fits an empty cache).

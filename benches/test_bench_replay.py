@@ -1,7 +1,7 @@
 """Replay speed on the full Mooncake conversation trace (pytest-benchmark).
 
-Run: ``python -m pytest benches --benchmark-only``. Reference point (SPEC section 10): Dynamo's
-own offline replay needs about 5.8 s for this trace on 4 aggregated workers on a 2-core machine.
+Run: ``python -m pytest benches --benchmark-only``. Reference point: Dynamo's own offline
+replay needs about 5.8 s for this trace on 4 aggregated workers on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_conversation_trace_4_workers(benchmark, conversation):
 @pytest.mark.parametrize("link_model", ["max_min", "line_rate"])
 def test_conversation_trace_disaggregated_2p2d(benchmark, conversation, link_model):
     """2 prefill + 2 decode workers, 64 GB/s links, Qwen3-32B bf16 KV (262,144 bytes/token).
-    Dynamo's replay needs about 11 s for this at line rate (SPEC section 10)."""
+    Dynamo's replay needs about 11 s for this at line rate."""
     config = dynosim.load_config(
         {
             "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2},

@@ -71,7 +71,7 @@ def test_disaggregated_overloaded(benchmark, conversation, link_model):
 
 
 def _polynomial_table() -> dict:
-    """Table timing sampled from the polynomial model (SPEC section 4) on 64 x 64 blocks of
+    """Table timing sampled from the polynomial model (Dynamo mocker's) on 64 x 64 blocks of
     16,384 KV blocks per worker: prefill over tokens in the pass (batch-independent), decode
     over batch size and mean context (the polynomial's load is batch x context / capacity)."""
     capacity = 16_384 * 64

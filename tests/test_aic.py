@@ -86,8 +86,9 @@ def _at(table: TableTiming, phase: str, a: float, b: float) -> float:
 @pytest.mark.parametrize(
     ("tp", "prefill_1x1024", "decode_64_at_4096"), [(1, 102.1, 35.9), (2, 55.9, 20.2)]
 )
-def test_tables_hold_the_spec_facts(aic_cache, qwen_table, tp, prefill_1x1024, decode_64_at_4096):
-    # SPEC section 4: Qwen3-32B bf16 on h200_sxm, trtllm.
+def test_tables_hold_known_step_times(aic_cache, qwen_table, tp, prefill_1x1024, decode_64_at_4096):
+    # AIConfigurator's step times (ms) for Qwen3-32B bf16 on h200_sxm with trtllm: one
+    # 1024-token prefill, and a decode pass of 64 requests at 4096 tokens of context.
     table = (
         qwen_table if tp == 1 else aic_table_timing(AicTiming(**QWEN, tp=tp), cache_dir=aic_cache)
     )

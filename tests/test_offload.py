@@ -1,4 +1,4 @@
-"""KV offload tiers (SPEC section 6) through the Python API and the CLI."""
+"""KV offload tiers (G2 in host memory, G3 on disk) through the Python API and the CLI."""
 
 from __future__ import annotations
 

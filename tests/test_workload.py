@@ -194,7 +194,7 @@ MALFORMED_JSONL = {
         2,
         ["invalid JSON", '"input_length": 600'],
     ),
-    "not an object": ("[1, 2]", 2, ["expected a JSON object", "[1, 2]"]),
+    "not an object": ("[1, 2]", 2, ["expected a JSON object", "got [1,2]"]),
     "missing field": (
         json.dumps({"timestamp": 1, "input_length": 600, "hash_ids": [1, 2]}),
         2,

@@ -1,5 +1,5 @@
-//! One worker's block KV cache: full blocks are shared by prefix identity, inactive ones stay
-//! cached until the least recently used is evicted.
+//! One rank's block KV cache (each data-parallel rank of a worker has its own): full blocks are
+//! shared by prefix identity, inactive ones stay cached until the least recently used is evicted.
 //!
 //! Capacity is counted, not placed: a block is active (held by at least one running request),
 //! inactive (cached, reusable, evictable) or free. Blocks a request holds privately (its partial

@@ -2,24 +2,22 @@
 //! `output_length` and `hash_ids`, optionally `session_id` and `delay_ms`.
 //!
 //! [`parse_mooncake`] turns a file's bytes into per-row columns in file order and checks every
-//! row; a bad file gets the message `dynosim.workload` gave when it parsed in Python: file,
-//! line, field and the value as `json.dumps` shows it, cut to 80 characters. Rows are read with
-//! serde_json: each line straight into the fields it needs, its hash ids onto the id column,
-//! and only a line that fails that is read again as a [`Value`] to say what is wrong. Sorting
-//! rows by timestamp and renumbering sessions in arrival order are left to the caller.
+//! row; a bad row gets a message naming the file, the line, the field and the value (as compact
+//! JSON, cut to 80 characters). Rows are read with serde_json: each line straight into the
+//! fields it needs, its hash ids onto the id column, and only a line that fails that is read
+//! again as a [`Value`] to say what is wrong. Sorting rows by timestamp and renumbering
+//! sessions in arrival order are left to the caller.
 //!
-//! Where this reads JSON unlike Python's `json` module:
+//! What counts as JSON is serde_json's:
 //! - `NaN`, `Infinity`, numbers beyond f64 (`1e400`), lone surrogate escapes (`"\ud800"`) and
 //!   values nested over 128 deep are invalid JSON, reported with serde_json's message and the
-//!   column in characters. The last three are only skipped in a field that is not used, so a
-//!   good row with no escapes in its keys gets through, as in Python.
+//!   column in characters. The last three are skipped unread in a field that is not used, so a
+//!   row with no escapes in its keys is still good.
 //! - `-0` and integers beyond 64 bits read as floats, so they are no token count, hash id or
 //!   session id, and are shown as floats (`-0.0`, `1e+30`).
-//! - Of duplicate keys the last wins (`hash_ids` too), as in Python.
-//! - The line shown for invalid JSON escapes the characters Rust deems unprintable, which are
-//!   nearly Python's; a float shown may differ in the last digit where two shortest forms tie.
+//! - Of duplicate keys the last wins (`hash_ids` too).
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use rustc_hash::FxHashMap;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -106,19 +104,14 @@ pub fn parse_mooncake(data: &[u8], path: &str, trace_block_size: u64) -> Result<
     Ok(rows)
 }
 
-/// The text as Python's `utf-8-sig` codec reads it: it drops one byte-order mark, reads a file
-/// that is only the start of one as empty, and counts the bad byte from after the mark.
+/// The text after a leading byte-order mark, if any; a bad byte is counted from after the mark.
 fn utf8_text<'a>(data: &'a [u8], path: &str) -> Result<&'a str> {
-    let body = match data.strip_prefix(UTF8_BOM) {
-        Some(rest) => rest,
-        None if UTF8_BOM.starts_with(data) => &[],
-        None => data,
-    };
+    let body = data.strip_prefix(UTF8_BOM).unwrap_or(data);
     std::str::from_utf8(body)
         .map_err(|e| SimError::Trace(format!("{path}: not UTF-8 text (byte {})", e.valid_up_to())))
 }
 
-/// The lines of `text` with their numbers from 1, split as Python's universal newlines do.
+/// The lines of `text` with their numbers from 1; `\n`, `\r\n` and a lone `\r` each end one.
 fn lines(text: &str) -> impl Iterator<Item = (u64, &str)> {
     let bytes = text.as_bytes();
     let mut start = Some(0);
@@ -137,7 +130,7 @@ fn lines(text: &str) -> impl Iterator<Item = (u64, &str)> {
     })
 }
 
-/// Python's `not line.strip()`: its whitespace is Unicode's plus the separators U+001C-U+001F.
+/// Whether `line` is only whitespace: Unicode's, or the separators U+001C-U+001F.
 fn is_blank(line: &str) -> bool {
     line.chars()
         .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
@@ -292,9 +285,9 @@ fn given(
 fn ms(key: &str, value: &Value) -> Checked<f64> {
     let ms = match value {
         Value::Number(n) => match n.as_u64() {
-            // Rounds to nearest, ties to even, like Python's float(int).
+            // Rounds to nearest, ties to even.
             Some(int) => (int < BELOW_2_63).then_some(int as f64),
-            // -0.0 passes, as in Python.
+            // -0.0 passes: it is not below 0.
             None => n.as_f64().filter(|x| (0.0..BELOW_2_63 as f64).contains(x)),
         },
         _ => None,
@@ -354,7 +347,7 @@ impl<'de> Visitor<'de> for RowVisitor<'_> {
         while let Some(key) = map.next_key::<&str>()? {
             match FIELDS.iter().position(|f| *f == key) {
                 Some(HASH_IDS) => {
-                    // The last of duplicate keys wins, as in a Python dict.
+                    // The last of duplicate keys wins, as in the second reading.
                     ids.truncate(first_id);
                     map.next_value_seed(IdsSeed(ids))?;
                     fields.ids = Some(Ok(()));
@@ -401,85 +394,22 @@ impl<'de> Visitor<'de> for IdsSeed<'_> {
     }
 }
 
-// Showing values in messages as Python's `_shown(value)` did: `json.dumps(value)` (ASCII only,
-// `", "` and `": "` separators) cut to 80 characters.
-
+/// `value` as compact JSON, cut to 80 characters (77 and "...").
 fn shown(value: &Value) -> String {
-    let mut out = String::new();
-    render(value, &mut out);
-    if out.len() > SHOWN_MAX {
-        // ASCII only, so any index is a character boundary.
-        out.truncate(SHOWN_MAX - 3);
-        out.push_str("...");
-    }
-    out
-}
-
-/// Append `json.dumps(value)`, stopping soon after the cut.
-fn render(value: &Value, out: &mut String) {
-    match value {
-        Value::Number(n) if n.is_f64() => {
-            // Python's repr(float) has the digits and layout of Rust's Debug, but writes the
-            // exponent as `e+16`, `e-05`.
-            let text = format!("{:?}", n.as_f64().unwrap_or_default());
-            let (digits, exp) = text.split_once('e').unwrap_or((&text, ""));
-            out.push_str(digits);
-            if let Ok(exp) = exp.parse::<i32>() {
-                let _ = write!(out, "e{exp:+03}");
-            }
+    let text = value.to_string();
+    match text.char_indices().nth(SHOWN_MAX) {
+        Some(_) => {
+            let cut = text.char_indices().nth(SHOWN_MAX - 3).map_or(0, |(i, _)| i);
+            format!("{}...", &text[..cut])
         }
-        Value::String(s) => render_str(s, out),
-        Value::Array(items) => join(out, '[', items, ']', render),
-        Value::Object(map) => join(out, '{', map, '}', |(key, value), out| {
-            render_str(key, out);
-            out.push_str(": ");
-            render(value, out);
-        }),
-        // null, true, false and integers as serde_json writes them.
-        _ => {
-            let _ = write!(out, "{value}");
-        }
-    }
-}
-
-/// `open`, the items (each written by `one`) separated by ", ", then `close`; stops once past
-/// the cut.
-fn join<T>(
-    out: &mut String,
-    open: char,
-    items: impl IntoIterator<Item = T>,
-    close: char,
-    one: impl Fn(T, &mut String),
-) {
-    out.push(open);
-    for (n, item) in items.into_iter().enumerate() {
-        if out.len() > SHOWN_MAX {
-            return;
-        }
-        if n > 0 {
-            out.push_str(", ");
-        }
-        one(item, out);
-    }
-    out.push(close);
-}
-
-/// A string as `json.dumps` writes it: serde_json's escapes, and non-ASCII and DEL escaped too.
-fn render_str(text: &str, out: &mut String) {
-    let json = Value::from(text).to_string();
-    for c in json.chars() {
-        if c.is_ascii() && c != '\u{7f}' {
-            out.push(c);
-        } else {
-            for unit in c.encode_utf16(&mut [0; 2]) {
-                let _ = write!(out, "\\u{unit:04x}");
-            }
-        }
+        None => text,
     }
 }
 
 /// The message for a line that is not JSON: serde_json's, with the column counted in
-/// characters as Python did, and the start of the line as Python's `repr` shows it.
+/// characters, and the first 80 characters of the line, quoted and escaped.
+///
+/// The line is quoted with `'`, so the double quotes of its JSON show as they are.
 fn invalid_json(line: &str, e: &serde_json::Error) -> String {
     // serde_json saw only this line: its position is "line 1 column N", N counting bytes.
     let message = e.to_string();
@@ -492,23 +422,14 @@ fn invalid_json(line: &str, e: &serde_json::Error) -> String {
         .char_indices()
         .nth(SHOWN_MAX)
         .map_or(line, |(i, _)| &line[..i]);
-    // Python quotes with ', or with " if that saves escapes.
-    let quote = ['\'', '"'][usize::from(head.contains('\'') && !head.contains('"'))];
-    let mut shown = String::from(quote);
+    let mut shown = String::from('\'');
     for c in head.chars() {
-        let code = u32::from(c);
-        let _ = match c {
-            '\t' => write!(shown, "\\t"),
-            _ if c == quote || c == '\\' => write!(shown, "\\{c}"),
-            // Rust's printable characters are nearly Python's; it escapes quotes, Python not.
-            '\'' | '"' => write!(shown, "{c}"),
-            _ if c.escape_debug().eq([c]) => write!(shown, "{c}"),
-            '\0'..='\u{ff}' => write!(shown, "\\x{code:02x}"),
-            '\u{100}'..='\u{ffff}' => write!(shown, "\\u{code:04x}"),
-            _ => write!(shown, "\\U{code:08x}"),
-        };
+        match c {
+            '"' => shown.push(c),
+            _ => shown.extend(c.escape_debug()),
+        }
     }
-    shown.push(quote);
+    shown.push('\'');
     format!("invalid JSON ({message} at column {column}): {shown}")
 }
 
@@ -516,6 +437,7 @@ fn invalid_json(line: &str, e: &serde_json::Error) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::fmt::Write as _;
 
     const ROW: &str =
         r#"{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}"#;
@@ -638,22 +560,20 @@ mod tests {
                 .to_string()
         };
         assert_eq!(bad(b"ab\xffcd"), "t.jsonl: not UTF-8 text (byte 2)");
-        // Python counts from after the byte-order mark.
+        // Bytes count from after the byte-order mark.
         assert_eq!(
             bad(b"\xef\xbb\xbfab\xe2\x82"),
             "t.jsonl: not UTF-8 text (byte 2)"
         );
-        for empty in [
-            &b""[..],
-            b"\n \n\t\r\n",
-            b"\xef\xbb\xbf",
-            b"\xef\xbb",
-            b"\xef",
-        ] {
+        for empty in [&b""[..], b"\n \n\t\r\n", b"\xef\xbb\xbf"] {
             assert_eq!(
                 bad(empty),
                 "t.jsonl: no requests: the file has no data rows"
             );
+        }
+        // Only a whole byte-order mark is dropped.
+        for part in [&b"\xef\xbb"[..], b"\xef"] {
+            assert_eq!(bad(part), "t.jsonl: not UTF-8 text (byte 0)");
         }
     }
 
@@ -696,21 +616,22 @@ mod tests {
         );
         assert_eq!(
             error("{'a'}"),
-            r#"t.jsonl:2: invalid JSON (key must be a string at column 2): "{'a'}""#
+            r#"t.jsonl:2: invalid JSON (key must be a string at column 2): '{\'a\'}'"#
         );
+        // The line is shown escaped, quoted and cut to its first 80 characters.
         let long = format!("{{\"a\": \"\t\u{7f}\u{a0}é{}", "x".repeat(100));
+        let shown = format!(r#"'{{"a": "\t\u{{7f}}\u{{a0}}é{}'"#, "x".repeat(69));
         assert_eq!(
             error(&long),
             format!(
-                "t.jsonl:2: invalid JSON (control character (\\u0000-\\u001F) found while parsing a string at column 8): '{{\"a\": \"\\t\\x7f\\xa0é{}'",
-                "x".repeat(69)
+                "t.jsonl:2: invalid JSON (control character (\\u0000-\\u001F) found while parsing a string at column 8): {shown}"
             )
         );
     }
 
-    /// What serde_json turns down although Python's `json` reads it.
+    /// NaN, infinities, numbers beyond f64 and lone surrogates are not JSON.
     #[test]
-    fn serde_json_rejects_what_python_extends_json_with() {
+    fn non_finite_numbers_and_lone_surrogates_are_invalid_json() {
         for (line, what) in [
             (row_with(r#""extra": NaN"#), "expected value at column 88"),
             (
@@ -732,7 +653,7 @@ mod tests {
                 "{message}"
             );
         }
-        // In a field that is not used they are skipped unread, as Python read them.
+        // In a field that is not used they are skipped unread, so the row is good.
         assert!(parse(&row_with(r#""extra": [1e400, "\ud800"]"#)).is_ok());
     }
 
@@ -740,7 +661,7 @@ mod tests {
     fn rows_must_be_objects() {
         assert_eq!(
             error("[1, 2]"),
-            "t.jsonl:2: expected a JSON object, got [1, 2]"
+            "t.jsonl:2: expected a JSON object, got [1,2]"
         );
         assert_eq!(
             error(r#" "abc" "#),
@@ -758,17 +679,17 @@ mod tests {
         );
         assert_eq!(
             error(r#"{"timestamp": 1, "input_length": 600, "hash_ids": [1, 2], "timestamp": 2}"#),
-            r#"t.jsonl:2: field 'output_length' (or 'output_tokens') is missing; got fields ["timestamp", "input_length", "hash_ids"]"#
+            r#"t.jsonl:2: field 'output_length' (or 'output_tokens') is missing; got fields ["timestamp","input_length","hash_ids"]"#
         );
         assert_eq!(
             error(r#"{"timestamp": 1, "input_length": 600, "output_length": 5}"#),
-            r#"t.jsonl:2: field 'hash_ids' is missing; got fields ["timestamp", "input_length", "output_length"]"#
+            r#"t.jsonl:2: field 'hash_ids' is missing; got fields ["timestamp","input_length","output_length"]"#
         );
         assert_eq!(
             error(
-                r#"{"a\u00e9": 1, "input_length": 600, "output_length": 5, "hash_ids": [], "a_rather_long_name_to_cut": 1}"#
+                r#"{"a\u00e9": 1, "input_length": 600, "output_length": 5, "hash_ids": [], "a_rather_long_name_to_cut_here": 1}"#
             ),
-            r#"t.jsonl:2: field 'timestamp' (or 'created_time') is missing; got fields ["a\u00e9", "input_length", "output_length", "hash_ids", "a_rather_long_name_..."#
+            r#"t.jsonl:2: field 'timestamp' (or 'created_time') is missing; got fields ["aé","input_length","output_length","hash_ids","a_rather_long_name_to_cut_he..."#
         );
     }
 
@@ -885,7 +806,7 @@ mod tests {
         };
         for (ids, shown) in [
             ("7", list("7")),
-            (r#"{"a": 1}"#, list(r#"{"a": 1}"#)),
+            (r#"{"a": 1}"#, list(r#"{"a":1}"#)),
             ("[1, -1]", element("-1", 1)),
             ("[1.5, 2]", element("1.5", 0)),
             (
@@ -967,35 +888,38 @@ mod tests {
     }
 
     #[test]
-    fn values_are_shown_as_json_dumps_cut_to_80_characters() {
+    fn values_are_shown_as_compact_json_cut_to_80_characters() {
         let shown_as = |v: &str| {
             let message = error(&row_with(&format!(r#""session_id": {v}"#)));
             message.split_once(", got ").unwrap().1.to_string()
         };
-        // A key keeps its first place and takes its last value, as in a Python dict.
+        // A repeated key keeps its first place and takes its last value.
         assert_eq!(
             shown_as(r#"{"b":1,"a":[1,2.50,{}],"b":-1 , "c":[]}"#),
-            r#"{"b": -1, "a": [1, 2.5, {}], "c": []}"#
+            r#"{"b":-1,"a":[1,2.5,{}],"c":[]}"#
         );
         assert_eq!(
-            shown_as(r#"["é\u00e9😀\t\"\\/\u0001\u007f"]"#),
-            r#"["\u00e9\u00e9\ud83d\ude00\t\"\\/\u0001\u007f"]"#
+            shown_as(r#"["é\u00e9😀\t\"\\/\u0001"]"#),
+            r#"["éé😀\t\"\\/\u0001"]"#
         );
         assert_eq!(
             shown_as("[1e16, 1e15, 0.0001, 0.00001, 1.5e-7, -0.0, 123456789.125]"),
-            "[1e+16, 1000000000000000.0, 0.0001, 1e-05, 1.5e-07, -0.0, 123456789.125]"
+            "[1e+16,1000000000000000.0,0.0001,0.00001,1.5e-7,-0.0,123456789.125]"
         );
         assert_eq!(
             shown_as("[1e22, 5e-324, -1.7976931348623157e308]"),
-            "[1e+22, 5e-324, -1.7976931348623157e+308]"
+            "[1e+22,5e-324,-1.7976931348623157e+308]"
         );
         let long = format!("[{}]", ["1234567"; 20].join(","));
         assert_eq!(
             shown_as(&long),
-            format!("[{}, 1234...", ["1234567"; 8].join(", "))
+            format!("[{},1234...", ["1234567"; 9].join(","))
         );
         let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
         assert_eq!(shown_as(&deep), format!("{}...", "[".repeat(77)));
+        // Characters, not bytes, are counted.
+        let wide = format!(r#"["{}"]"#, "é".repeat(100));
+        assert_eq!(shown_as(&wide), format!(r#"["{}..."#, "é".repeat(75)));
     }
 
     #[test]

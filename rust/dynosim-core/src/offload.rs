@@ -1,4 +1,4 @@
-//! KV offload tiers (SPEC section 6): per rank a G2 pool in host memory and a G3 pool on disk
+//! KV offload tiers: per rank a G2 pool in host memory and a G3 pool on disk
 //! (per rank, or one pool shared by the cluster), fed by evictions and read back by onboarding.
 //!
 //! Each tier is a `KvCache` used as an LRU set of block identities. Blocks evicted from G1 go

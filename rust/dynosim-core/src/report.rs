@@ -1,4 +1,6 @@
-//! What a replay produces: per-request records, time series and the summary (SPEC section 8).
+//! What a replay produces: per-request records (arrival, admission, first, second and last
+//! token, reuse, worker, status), time series sampled on a fixed grid, and the summary
+//! (distributions of TTFT, TTST, TPOT, ITL and E2E, throughput, goodput, GPU-hours).
 
 use std::collections::BTreeMap;
 
@@ -169,7 +171,7 @@ pub struct Counters {
     pub events: u64,
     /// Max-min rate solves of the KV-transfer links.
     pub rate_recomputations: u64,
-    /// Used fraction of each KV-transfer link, prefill send links first.
+    /// Used fraction of each KV-transfer link (one per rank), prefill send links first.
     pub link_utilization: Vec<f64>,
     /// Offload tiers, when on.
     pub tiers: Option<TierCounters>,
@@ -210,8 +212,8 @@ impl Derived {
     }
 }
 
-/// The summary of SPEC section 8. Serialised with fields in this order; the canonical report
-/// sorts keys anyway.
+/// The summary of a replay. Serialised with fields in this order; the canonical report sorts
+/// keys anyway.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub num_requests: u64,
@@ -239,8 +241,8 @@ pub struct Summary {
     pub num_transfers: u64,
     pub transfer_bytes: f64,
     pub transfer_ms: Distribution,
-    /// Used fraction of each KV-transfer link over the replay: prefill send links, then decode
-    /// receive links (empty without a bandwidth).
+    /// Used fraction of each KV-transfer link over the replay: the send link of each prefill
+    /// rank, then the receive link of each decode rank (empty without a bandwidth).
     pub link_utilization: Vec<f64>,
     pub rate_recomputations: u64,
     /// All workers (prefill plus decode in disaggregated mode).

@@ -1,4 +1,6 @@
-//! Which worker (and which of its ranks) serves a request (SPEC section 7).
+//! Which worker (and which of its ranks) serves a request: in turn (`round_robin`), at random
+//! from a seeded generator (`random`), or where it costs least (`kv_aware`: overlap_weight x
+//! prompt blocks not cached there + active blocks + queued blocks). Ties go to the lowest index.
 
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;

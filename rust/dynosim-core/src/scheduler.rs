@@ -1,5 +1,6 @@
-//! One worker's vLLM-like engine (SPEC section 3): a waiting queue, running requests, a token
-//! budget per pass, chunked prefill, recompute preemption, over one `KvCache`.
+//! One rank's vLLM-like engine (a worker has one per data-parallel rank): a waiting queue,
+//! running requests, a token budget per pass, chunked prefill and recompute preemption, over one
+//! `KvCache`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -222,8 +223,9 @@ impl Scheduler {
         self.free_seq(handle);
     }
 
-    /// Whether blocks are tied to KV transfers (outgoing on a prefill worker, incoming on a
-    /// decode worker); they come free, or start running, when those transfers end.
+    /// Whether blocks are tied to flows still under way: KV transfers (outgoing on a prefill
+    /// rank, incoming on a decode rank) or onboarding from the offload tiers. They come free, or
+    /// their requests can run, when those flows end.
     pub fn awaits_transfers(&self) -> bool {
         self.held_for_transfer > 0 || self.receiving > 0 || self.onboarding > 0
     }

@@ -1,5 +1,8 @@
-//! How KV transfers from prefill to decode workers progress in time (SPEC section 5): instantly
-//! (no bandwidth set), each at full line rate (Dynamo's model), or sharing links max-min fairly.
+//! How KV transfers from prefill to decode ranks progress in time: instantly (no bandwidth set),
+//! each at full line rate (Dynamo's model), or sharing links max-min fairly. Every prefill rank
+//! has a send link (`bandwidth_gbps`) and every decode rank a receive link
+//! (`decode_bandwidth_gbps`, by default the same); a transfer crosses its source's send link and
+//! its destination's receive link.
 
 use crate::config::{KvTransferConfig, LinkModel};
 use crate::error::Result;
@@ -18,7 +21,8 @@ enum Kind {
         finishes: EventQueue<u64>,
         next_id: u64,
     },
-    /// Link `p` is prefill worker p's send link, link `P + d` decode worker d's receive link.
+    /// Link `p` is prefill rank p's send link, link `P + d` decode rank d's receive link (P
+    /// prefill ranks).
     Shared {
         net: Box<LinkNetwork>,
         done: Vec<FlowId>,
@@ -28,7 +32,7 @@ enum Kind {
 /// All KV transfers in flight. Transfer ids are dense from 0 in start order.
 pub struct Transport {
     kind: Kind,
-    num_prefill: usize,
+    num_prefill_ranks: usize,
     /// Bytes per ms of a send link and of a receive link (None: no bandwidth).
     capacity: Option<(f64, f64)>,
     /// Bytes started per link, prefill send links first (line-rate and instant bookkeeping).
@@ -36,14 +40,18 @@ pub struct Transport {
 }
 
 impl Transport {
-    pub fn new(config: &KvTransferConfig, num_prefill: usize, num_decode: usize) -> Result<Self> {
+    pub fn new(
+        config: &KvTransferConfig,
+        num_prefill_ranks: usize,
+        num_decode_ranks: usize,
+    ) -> Result<Self> {
         let capacity = config
             .bandwidths_gbps()
             .map(|(send, recv)| (gbps_to_bytes_per_ms(send), gbps_to_bytes_per_ms(recv)));
         let kind = match (capacity, config.link_model()) {
             (Some((send, recv)), LinkModel::MaxMin) => {
-                let mut caps = vec![send; num_prefill];
-                caps.extend(std::iter::repeat_n(recv, num_decode));
+                let mut caps = vec![send; num_prefill_ranks];
+                caps.extend(std::iter::repeat_n(recv, num_decode_ranks));
                 Kind::Shared {
                     net: Box::new(LinkNetwork::new(caps)?),
                     done: Vec::new(),
@@ -58,16 +66,17 @@ impl Transport {
         };
         Ok(Transport {
             kind,
-            num_prefill,
+            num_prefill_ranks,
             capacity,
-            started_bytes: vec![0.0; num_prefill + num_decode],
+            started_bytes: vec![0.0; num_prefill_ranks + num_decode_ranks],
         })
     }
 
-    /// Start moving `bytes` from prefill worker `src` to decode worker `dst` at `now` (ms).
+    /// Start moving `bytes` from prefill rank `src` to decode rank `dst` (each counted within
+    /// its role) at `now` (ms).
     pub fn start(&mut self, now: f64, src: usize, dst: usize, bytes: f64) -> Result<u64> {
         self.started_bytes[src] += bytes;
-        self.started_bytes[self.num_prefill + dst] += bytes;
+        self.started_bytes[self.num_prefill_ranks + dst] += bytes;
         match &mut self.kind {
             Kind::Timed {
                 rate_bytes_per_ms,
@@ -81,7 +90,7 @@ impl Transport {
                 Ok(id)
             }
             Kind::Shared { net, .. } => {
-                let links = [src, self.num_prefill + dst];
+                let links = [src, self.num_prefill_ranks + dst];
                 Ok(net.start_flow(now, &links, bytes, None)?.0)
             }
         }
@@ -132,7 +141,11 @@ impl Transport {
                     Kind::Shared { net, .. } => net.link_bytes(link),
                     Kind::Timed { .. } => self.started_bytes[link],
                 };
-                let cap = if link < self.num_prefill { send } else { recv };
+                let cap = if link < self.num_prefill_ranks {
+                    send
+                } else {
+                    recv
+                };
                 if duration_ms > 0.0 {
                     bytes / (cap * duration_ms)
                 } else {

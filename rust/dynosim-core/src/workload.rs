@@ -1,5 +1,6 @@
-//! The columnar request table a replay reads, borrowed from the caller (numpy arrays in Python),
-//! and the prefix identity of its KV blocks.
+//! The columnar request table a replay reads, borrowed from the caller (numpy arrays in Python):
+//! its checks, and which requests are later turns of a session. The prefix identities of its
+//! KV blocks are in `block_ids`.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 

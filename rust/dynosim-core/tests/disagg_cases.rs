@@ -1,4 +1,5 @@
-//! Disaggregated replays with hand-computable KV transfers (SPEC section 5 golden facts).
+//! Disaggregated replays with hand-computable KV transfers: prefill, transfer over the shared
+//! send and receive links, then decode.
 //!
 //! Fixed timing (prefill 10 ms, decode 1 ms) and 1 GB/s links (1e6 bytes/ms): a 128-token
 //! prompt at 1e6 bytes per token is a 128 ms transfer on an idle link.

@@ -1,4 +1,4 @@
-//! KV offload tiers (SPEC section 6) with hand-computable onboarding delays.
+//! KV offload tiers with hand-computable onboarding delays.
 //!
 //! Fixed timing (prefill 10 ms, decode 1 ms), 16-token blocks, a 5-block G1 per worker, and
 //! 1e6 KV bytes per token: one block is 16e6 bytes, 16 ms on a 1 GB/s (1e6 bytes/ms) link.

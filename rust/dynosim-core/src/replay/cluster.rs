@@ -1,0 +1,499 @@
+//! The cluster under replay: its workers and their ranks, the routers, the KV transfers
+//! between prefill and decode ranks, and the offload tiers; what each event does to them.
+
+use std::sync::Arc;
+
+use crate::block_ids::{BlockId, BlockIds};
+use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
+use crate::error::{Result, SimError};
+use crate::offload::{Onboard, Tiers};
+use crate::report::Records;
+use crate::router::Router;
+use crate::scheduler::Scheduler;
+use crate::timing::StepTimer;
+use crate::transfer::Transport;
+use crate::workload::Workload;
+
+/// Mixed into the router seed for decode routing.
+const DECODE_STREAM: u64 = 0xD1B5_4A32_D192_ED03;
+
+/// A prefill that finished and waits for its decode worker to reserve blocks.
+#[derive(Debug, Clone, Copy)]
+struct Handoff {
+    request: u32,
+    src: u32,
+    src_handle: u32,
+}
+
+/// A KV transfer on its way.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    handoff: Handoff,
+    dst: u32,
+    dst_handle: u32,
+}
+
+/// A worker: `ranks` consecutive data-parallel ranks that pass in lockstep.
+#[derive(Debug, Clone)]
+pub(super) struct Worker {
+    pub(super) first_rank: usize,
+    ranks: usize,
+    /// The rank the next request of this worker goes to (round robin).
+    next_rank: usize,
+    pub(super) busy: bool,
+    /// When the pass in flight ends (ms), while `busy`.
+    pub(super) pass_end_ms: f64,
+}
+
+impl Worker {
+    pub(super) fn ranks(&self) -> std::ops::Range<usize> {
+        self.first_rank..self.first_rank + self.ranks
+    }
+
+    fn pick_rank(&mut self) -> usize {
+        let r = self.first_rank + self.next_rank;
+        self.next_rank = (self.next_rank + 1) % self.ranks;
+        r
+    }
+}
+
+/// The workers and what joins them. Prefill workers come first, then decode workers; in
+/// aggregated mode every worker is aggregated and `num_prefill` is 0. Ranks are numbered the
+/// same way; in disaggregated mode every rank has its own KV-transfer link (a send link on a
+/// prefill rank, a receive link on a decode rank).
+pub(super) struct Cluster {
+    pub(super) ranks: Vec<Scheduler>,
+    pub(super) workers: Vec<Worker>,
+    pub(super) num_prefill: usize,
+    num_prefill_ranks: usize,
+    /// Workers whose state changed at this instant and may start a pass, deduplicated.
+    pub(super) dirty: Vec<u32>,
+    pub(super) is_dirty: Vec<bool>,
+    router: Router,
+    decode_router: Router,
+    /// Per decode rank, handoffs waiting for a block reservation, FIFO.
+    pending: Vec<std::collections::VecDeque<Handoff>>,
+    pub(super) transport: Transport,
+    in_flight: Vec<Option<InFlight>>,
+    sizing: TransferSizing,
+    kv_bytes_per_token: f64,
+    /// The first token counts when the KV lands (else after the first decode pass, and decode
+    /// workers reserve blocks only between passes).
+    pub(super) first_token_on_arrival: bool,
+    /// KV offload tiers, when configured.
+    pub(super) tiers: Option<Tiers>,
+    /// Scratch: block identities a rank's G1 evicted.
+    evicted: Vec<BlockId>,
+    /// Scratch: requests to look up in the offload tiers.
+    heads: Vec<u32>,
+    /// Sessions or the closed loop send requests when others end (a pass ending no request
+    /// can start one that does, so then every pass end can lead to a send).
+    ends_send: bool,
+    /// Arrivals, pass ends and transfer ends processed.
+    pub(super) events: u64,
+}
+
+impl Cluster {
+    /// The cluster `config` describes, serving `workload`; `ends_send`: sessions or the closed
+    /// loop are on.
+    pub(super) fn new(config: &SimConfig, workload: &Workload, ends_send: bool) -> Result<Self> {
+        let c = &config.cluster;
+        let pools: Vec<(Role, usize)> = match c.mode {
+            ServingMode::Aggregated => vec![(Role::Aggregated, c.num_workers as usize)],
+            ServingMode::Disaggregated => vec![
+                (Role::Prefill, c.num_prefill_workers as usize),
+                (Role::Decode, c.num_decode_workers as usize),
+            ],
+        };
+        let (mut ranks, mut workers) = (Vec::new(), Vec::new());
+        let (mut num_prefill, mut num_prefill_ranks) = (0, 0);
+        // Block identities once per block size, in one identity space (a shared G3 pool holds
+        // blocks of both sizes).
+        let mut tables: Vec<Arc<BlockIds>> = Vec::new();
+        for &(role, _) in &pools {
+            let size = config.role(role).0.block_size;
+            if !tables.iter().any(|t| t.block_size() == size) {
+                let first = tables.last().map_or(0, |t| t.end());
+                tables.push(Arc::new(BlockIds::new(workload, size, first)?));
+            }
+        }
+        let ids_end = tables.last().map_or(0, |t| t.end());
+        for &(role, count) in &pools {
+            let (engine, timing) = config.role(role);
+            let table = tables.iter().find(|t| t.block_size() == engine.block_size);
+            let table = table.expect("a table per block size");
+            let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size);
+            let dp = engine.data_parallel_size as usize;
+            for _ in 0..count {
+                workers.push(Worker {
+                    first_rank: ranks.len(),
+                    ranks: dp,
+                    next_rank: 0,
+                    busy: false,
+                    pass_end_ms: f64::NAN,
+                });
+                for _ in 0..dp {
+                    let timer = StepTimer::new(timing.clone(), kv_tokens);
+                    ranks.push(Scheduler::new(role, engine.clone(), timer, table.clone()));
+                }
+            }
+            if role == Role::Prefill {
+                (num_prefill, num_prefill_ranks) = (workers.len(), ranks.len());
+            }
+        }
+        let num_decode_ranks = if num_prefill > 0 {
+            ranks.len() - num_prefill_ranks
+        } else {
+            0
+        };
+        let n = workers.len();
+        let block_sizes: Vec<u32> = ranks.iter().map(Scheduler::block_size).collect();
+        let tiers = Tiers::new(config, &block_sizes, ids_end)?;
+        if tiers.is_some() {
+            for rank in &mut ranks {
+                rank.record_evictions();
+            }
+        }
+        Ok(Cluster {
+            dirty: Vec::with_capacity(n),
+            is_dirty: vec![false; n],
+            router: Router::new(c.router, c.router_seed, c.overlap_weight),
+            // A stream of its own, so decode choices do not shift prefill choices.
+            decode_router: Router::new(c.router, c.router_seed ^ DECODE_STREAM, c.overlap_weight),
+            pending: vec![Default::default(); num_decode_ranks],
+            transport: Transport::new(&config.kv_transfer, num_prefill_ranks, num_decode_ranks)?,
+            in_flight: Vec::new(),
+            sizing: config.kv_transfer.sizing(),
+            kv_bytes_per_token: config.kv_transfer.bytes_per_token(),
+            first_token_on_arrival: config.kv_transfer.first_token() == FirstToken::KvArrival,
+            tiers,
+            evicted: Vec::new(),
+            heads: Vec::new(),
+            ends_send,
+            events: 0,
+            ranks,
+            workers,
+            num_prefill,
+            num_prefill_ranks,
+        })
+    }
+
+    pub(super) fn disaggregated(&self) -> bool {
+        self.num_prefill > 0
+    }
+
+    fn touch(&mut self, w: usize) {
+        if !self.is_dirty[w] {
+            self.is_dirty[w] = true;
+            self.dirty.push(w as u32);
+        }
+    }
+
+    /// The rank among `pool` (a range of workers) that `router` sends request `i` to.
+    fn route(
+        router: &mut Router,
+        workers: &mut [Worker],
+        ranks: &[Scheduler],
+        pool: std::ops::Range<usize>,
+        workload: &Workload,
+        i: usize,
+    ) -> usize {
+        if router.needs_caches() {
+            let first = workers[pool.start].first_rank;
+            let last = workers[pool.end - 1].ranks().end;
+            let ids = ranks[first].block_ids();
+            let prompt_blocks = workload.input_length[i].div_ceil(ids.block_size());
+            let candidates = ranks[first..last]
+                .iter()
+                .map(|r| (r.cache(), r.waiting_blocks()));
+            first + router.route_by_cache(ids.of(i), prompt_blocks, candidates)
+        } else {
+            let w = pool.start + router.route(pool.len());
+            workers[w].pick_rank()
+        }
+    }
+
+    /// Send request `i` at `now`: it arrives (TTFT counts from here).
+    pub(super) fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
+        self.events += 1;
+        records.arrival_ms[i] = now;
+        self.arrive(workload, i, records);
+    }
+
+    /// Offload tiers: hand what rank `r`'s G1 evicted since the last call to its G2.
+    fn offload_evicted(&mut self, r: usize) {
+        let Some(tiers) = &mut self.tiers else {
+            return;
+        };
+        self.evicted.clear();
+        self.ranks[r].drain_evicted_into(&mut self.evicted);
+        if !self.evicted.is_empty() {
+            tiers.offload(r, &self.evicted);
+        }
+    }
+
+    /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
+    /// blocks right after the G1 prefix hit are there, and that G1 can hold now, leave the queue
+    /// while the blocks are onboarded (just before they would be admitted, so the blocks are
+    /// still there when they are).
+    fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
+        let Some(tiers) = &mut self.tiers else {
+            return Ok(());
+        };
+        let mut heads = std::mem::take(&mut self.heads);
+        self.ranks[rank].take_unchecked_heads(&mut heads);
+        for &handle in &heads {
+            let sched = &mut self.ranks[rank];
+            let ids = sched.prompt_ids(handle);
+            let hit = sched.cache().lookup(ids);
+            let g1 = hit.blocks as usize;
+            let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
+            let i = sched.request_of(handle);
+            records.g1_hit_blocks[i] = hit.blocks;
+            records.g2_hit_blocks[i] = k2;
+            records.g3_hit_blocks[i] = k3;
+            if k2 + k3 == 0 {
+                continue;
+            }
+            if !sched.hold_for_onboard(handle, hit, k2 + k3) {
+                tiers.counters.onboards_skipped += 1;
+                continue;
+            }
+            sched.unqueue(handle);
+            let ids = sched.prompt_ids(handle);
+            let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
+            tiers.start_onboard(now, rank, handle, i as u32, &ids[g1..a], &ids[a..b])?;
+            records.onboard_start_ms[i] = now;
+        }
+        self.heads = heads;
+        // Holding blocks may have evicted others.
+        self.offload_evicted(rank);
+        Ok(())
+    }
+
+    /// Offload tiers: request `o` is onboarded at `now` and queues first on its rank.
+    pub(super) fn onboard_done(&mut self, o: Onboard, now: f64, records: &mut Records) {
+        records.onboard_end_ms[o.request as usize] = now;
+        self.ranks[o.rank as usize].finish_onboard(o.handle);
+        self.touch(self.worker_of(o.rank as usize));
+    }
+
+    /// Route arriving request `i`: reject it if it can never be served, else queue it.
+    fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
+        let front = if self.disaggregated() {
+            self.num_prefill
+        } else {
+            self.workers.len()
+        };
+        let rank = Self::route(
+            &mut self.router,
+            &mut self.workers,
+            &self.ranks,
+            0..front,
+            workload,
+            i,
+        );
+        let w = self.worker_of(rank);
+        records.worker[i] = w as i32;
+        let (prompt, output) = (workload.input_length[i], workload.output_length[i]);
+        // In disaggregated mode the decode pool must be able to hold it too (all decode
+        // ranks share one configuration).
+        let verdict = self.ranks[rank].never_fits(prompt, output).or_else(|| {
+            self.disaggregated()
+                .then(|| self.ranks[self.num_prefill_ranks].never_fits(prompt, output))
+                .flatten()
+        });
+        match verdict {
+            Some(reason) => records.reject(i, reason),
+            None => {
+                self.ranks[rank].enqueue(workload, i);
+                self.touch(w);
+            }
+        }
+    }
+
+    /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
+    /// group ends when the slowest rank ends. Returns the group's duration (ms), if any rank
+    /// scheduled anything.
+    pub(super) fn start_pass(
+        &mut self,
+        w: usize,
+        now: f64,
+        records: &mut Records,
+    ) -> Result<Option<f64>> {
+        let mut longest: Option<f64> = None;
+        for r in self.workers[w].ranks() {
+            self.onboard_heads(r, now, records)?;
+            let rank = &mut self.ranks[r];
+            if !rank.has_work() {
+                continue;
+            }
+            let planned = rank.start_pass(now, records);
+            self.offload_evicted(r);
+            let rank = &self.ranks[r];
+            match planned {
+                Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
+                // The queue head waits for blocks tied to KV transfers or onboarding; their end
+                // touches us.
+                None if rank.awaits_transfers() => {}
+                // Otherwise every running request needs at least one token, the budget is at
+                // least one, and an empty rank admits its queue head (it fits an empty cache).
+                None => {
+                    return Err(SimError::Internal(format!(
+                        "rank {r} of worker {w} scheduled nothing at {now} ms with {} waiting \
+                         and {} running",
+                        rank.waiting_len(),
+                        rank.running_len()
+                    )));
+                }
+            }
+        }
+        self.workers[w].busy = longest.is_some();
+        Ok(longest)
+    }
+
+    /// The grouped pass of worker `w` ended; a prefill worker's finished prompts go to decode
+    /// workers.
+    pub(super) fn pass_end(
+        &mut self,
+        w: usize,
+        now: f64,
+        workload: &Workload,
+        records: &mut Records,
+    ) {
+        self.workers[w].busy = false;
+        self.touch(w);
+        for r in self.workers[w].ranks() {
+            if !self.ranks[r].is_busy() {
+                continue;
+            }
+            self.ranks[r].finish_pass(now, records);
+            if w >= self.num_prefill {
+                continue;
+            }
+            let handoffs: Vec<(u32, u32)> = self.ranks[r].take_handoffs().collect();
+            let all = self.workers.len();
+            for (request, src_handle) in handoffs {
+                let dst_rank = Self::route(
+                    &mut self.decode_router,
+                    &mut self.workers,
+                    &self.ranks,
+                    self.num_prefill..all,
+                    workload,
+                    request as usize,
+                );
+                let d = self.worker_of(dst_rank);
+                records.decode_worker[request as usize] = (d - self.num_prefill) as i32;
+                self.pending[dst_rank - self.num_prefill_ranks].push_back(Handoff {
+                    request,
+                    src: r as u32,
+                    src_handle,
+                });
+                self.touch(d);
+            }
+        }
+    }
+
+    /// Start the transfers decode worker `w`'s ranks have room for, in arrival order.
+    pub(super) fn reserve(
+        &mut self,
+        w: usize,
+        now: f64,
+        workload: &Workload,
+        records: &mut Records,
+    ) -> Result<()> {
+        for rank in self.workers[w].ranks() {
+            let d = rank - self.num_prefill_ranks;
+            while let Some(&h) = self.pending[d].front() {
+                let Some((dst_handle, cached)) =
+                    self.ranks[rank].reserve_remote(workload, h.request as usize)
+                else {
+                    break;
+                };
+                self.pending[d].pop_front();
+                let r = h.request as usize;
+                let tokens = match self.sizing {
+                    TransferSizing::FullPrompt => workload.input_length[r],
+                    TransferSizing::DestinationMissing => workload.input_length[r] - cached,
+                };
+                let bytes = f64::from(tokens) * self.kv_bytes_per_token;
+                records.transfer_bytes[r] = bytes;
+                records.transfer_start_ms[r] = now;
+                let id = self.transport.start(now, h.src as usize, d, bytes)? as usize;
+                if id >= self.in_flight.len() {
+                    self.in_flight.resize(id + 1, None);
+                }
+                self.in_flight[id] = Some(InFlight {
+                    handoff: h,
+                    dst: rank as u32,
+                    dst_handle,
+                });
+            }
+            self.offload_evicted(rank);
+        }
+        Ok(())
+    }
+
+    /// Whether worker `w`'s plain decode passes touch nothing but itself, so they can run
+    /// without the event loop (`Scheduler::run_plain_decodes`): one rank, not a prefill worker,
+    /// no handoffs waiting for it, no onboarding from offload tiers under way (plain passes
+    /// neither look requests up in the tiers nor evict blocks to them).
+    pub(super) fn runs_alone(&self, w: usize) -> bool {
+        let worker = &self.workers[w];
+        worker.ranks == 1
+            && !self.ranks[worker.first_rank].is_onboarding()
+            && w >= self.num_prefill
+            && (!self.disaggregated()
+                || self.pending[worker.first_rank - self.num_prefill_ranks].is_empty())
+    }
+
+    /// The next instant (ms) anything outside worker `w` can reach it: a request sent
+    /// (`next_send`), a KV transfer or offload-tier flow ending, or the pass end of another
+    /// worker that hands requests over (prefill), may start transfers (a decode worker with
+    /// handoffs waiting), or, when request ends send requests, may lead to one.
+    pub(super) fn horizon(&mut self, w: usize, next_send: f64) -> Result<f64> {
+        // A tier flow ending reaches only the rank it onboards to (not `w`: it onboards
+        // nothing), unless that rank then hands requests over or ends one others wait for.
+        let tiers = match &mut self.tiers {
+            Some(tiers) if self.num_prefill > 0 || self.ends_send => tiers.next_finish_ms()?,
+            _ => None,
+        };
+        let mut horizon = [Some(next_send), self.transport.next_finish_ms()?, tiers]
+            .into_iter()
+            .flatten()
+            .fold(f64::INFINITY, f64::min);
+        for (k, worker) in self.workers.iter().enumerate() {
+            let matters = k < self.num_prefill
+                || self.ends_send
+                || (self.disaggregated()
+                    && worker
+                        .ranks()
+                        .any(|r| !self.pending[r - self.num_prefill_ranks].is_empty()));
+            if k != w && worker.busy && matters {
+                horizon = horizon.min(worker.pass_end_ms);
+            }
+        }
+        Ok(horizon)
+    }
+
+    /// The worker owning rank `r`.
+    fn worker_of(&self, r: usize) -> usize {
+        self.workers
+            .partition_point(|w| w.first_rank + w.ranks <= r)
+    }
+
+    /// Transfer `id` finished at `now`: the decode rank activates the request, the prefill
+    /// rank releases its copy.
+    pub(super) fn transfer_done(&mut self, id: u64, now: f64, records: &mut Records) -> Result<()> {
+        let f = self.in_flight[id as usize].take().ok_or_else(|| {
+            SimError::Internal(format!("transfer {id} finished twice or never started"))
+        })?;
+        records.transfer_end_ms[f.handoff.request as usize] = now;
+        let (dst, src) = (f.dst as usize, f.handoff.src as usize);
+        self.ranks[dst].activate_remote(f.dst_handle, now, self.first_token_on_arrival, records);
+        self.ranks[src].release_handoff(f.handoff.src_handle);
+        self.touch(self.worker_of(dst));
+        self.touch(self.worker_of(src));
+        Ok(())
+    }
+}

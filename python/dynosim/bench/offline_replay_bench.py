@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
         "--num-gpu-blocks",
         type=int,
         metavar="N",
-        help=f"KV blocks per worker (default {d.engine.num_gpu_blocks})",
+        help=f"KV blocks per rank (default {d.engine.num_gpu_blocks})",
     )
     p.add_argument(
         "--max-num-seqs",

@@ -19,6 +19,7 @@ import pytest
 
 import dynosim
 from dynosim import _core
+from dynosim.replay import core_config_json
 from dynosim.report import Report
 
 OVERLOAD = 4.0  # arrival speedup ratio
@@ -151,16 +152,7 @@ def _seconds(fn, *args) -> float:
 
 def test_canonical_report_json(benchmark, conversation):
     config = dynosim.load_config({"cluster": {"num_workers": 4}, "engine": {"block_size": 64}})
-    c = conversation
-    raw = _core.replay(
-        c.arrival_ms,
-        c.input_length,
-        c.output_length,
-        c.hash_offsets,
-        c.hash_ids,
-        c.trace_block_size,
-        config.to_core_json(),
-    )
+    raw = _core.replay(conversation, core_config_json(config))
     # A fresh Report each round: to_json() caches its result.
     text = benchmark(lambda: Report(raw).to_json())
     assert text == dynosim.replay(conversation, config).to_json()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -170,29 +171,26 @@ def test_bad_config_file(tmp_path):
         dynosim.load_config(tmp_path / "missing.yaml")
 
 
+def columns_of(n_arrivals: int, n_rows: int) -> SimpleNamespace:
+    """Request columns as the core reads them (any object with these attributes), unchecked."""
+    return SimpleNamespace(
+        arrival_ms=np.zeros(n_arrivals, np.float64),
+        input_length=np.ones(n_rows, np.uint32),
+        output_length=np.ones(n_rows, np.uint32),
+        hash_offsets=np.arange(n_rows + 1, dtype=np.uint64),
+        hash_ids=np.arange(n_rows, dtype=np.uint64),
+        trace_block_size=512,
+        session=None,
+        delay_ms=None,
+    )
+
+
 def test_core_errors_map_to_dynosim_exceptions():
-    f64, u32, u64 = np.float64, np.uint32, np.uint64
     # Two rows of lengths but one arrival: the core names the mismatch.
     with pytest.raises(WorkloadError, match="arrival_ms has 1 rows"):
-        _core.replay(
-            np.zeros(1, f64),
-            np.ones(2, u32),
-            np.ones(2, u32),
-            np.array([0, 1, 2], u64),
-            np.arange(2, dtype=u64),
-            512,
-            "{}",
-        )
+        _core.replay(columns_of(1, 2), "{}")
     with pytest.raises(ConfigError, match="invalid configuration"):
-        _core.replay(
-            np.zeros(1, f64),
-            np.ones(1, u32),
-            np.ones(1, u32),
-            np.array([0, 1], u64),
-            np.arange(1, dtype=u64),
-            512,
-            "{not json",
-        )
+        _core.replay(columns_of(1, 1), "{not json")
     assert issubclass(dynosim.SimulationError, DynosimError)
 
 

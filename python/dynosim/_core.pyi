@@ -22,19 +22,9 @@ def normalize_config_json(config_json: str) -> str:
 def reject_reason_names() -> list[str]:
     """Machine names of rejection reasons, indexed by a report's reject_reason codes."""
 
-def replay(
-    arrival_ms: npt.NDArray[np.float64],
-    input_length: npt.NDArray[np.uint32],
-    output_length: npt.NDArray[np.uint32],
-    hash_offsets: npt.NDArray[np.uint64],
-    hash_ids: npt.NDArray[np.uint64],
-    trace_block_size: int,
-    config_json: str,
-    progress: Progress | None = None,
-    session: npt.NDArray[np.int64] | None = None,
-    delay_ms: npt.NDArray[np.float64] | None = None,
-) -> dict[str, Any]:
-    """Replay columnar requests (times in ms, lengths in tokens) without the GIL.
+def replay(columns: Any, config_json: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Replay request columns (a ``TraceColumns``, or any object with its attributes: times in
+    ms, lengths in tokens) without the GIL.
 
     ``session`` (-1: none) and ``delay_ms`` (NaN: the timestamp gap) make rows turns of
     sessions: turn n+1 is sent when turn n ends plus its delay.
@@ -66,17 +56,9 @@ def max_min_rates(
 ) -> npt.NDArray[np.float64]:
     """Max-min fair rates of flows (link-id lists) over link capacities, in their unit."""
 
-def validate_workload(
-    arrival_ms: npt.NDArray[np.float64],
-    input_length: npt.NDArray[np.uint32],
-    output_length: npt.NDArray[np.uint32],
-    hash_offsets: npt.NDArray[np.uint64],
-    hash_ids: npt.NDArray[np.uint64],
-    trace_block_size: int,
-    session: npt.NDArray[np.int64] | None = None,
-    delay_ms: npt.NDArray[np.float64] | None = None,
-) -> None:
-    """Check columnar requests by the core's rules (the ones a replay applies).
+def validate_workload(columns: Any) -> None:
+    """Check request columns (a ``TraceColumns``, or any object with its attributes) by the
+    core's rules (the ones a replay applies).
 
     Raises WorkloadError naming the first bad request; the error also has ``request`` (its
     index, None for a shape error) and ``detail`` (the message without the request prefix).

@@ -58,25 +58,19 @@ def replay(
     """
     cfg = load_config(config)
     cols = _columns(workload)
-    args = (
-        *cols.core_arrays(),
-        core_config_json(cfg),
-    )
-    sessions = {"session": cols.session, "delay_ms": cols.delay_ms}
+    args = (cols, core_config_json(cfg))
     if not progress:
-        return Report(_core.replay(*args, **sessions))
-    return Report(_run_with_progress(args, sessions, len(cols)))
+        return Report(_core.replay(*args))
+    return Report(_run_with_progress(args, len(cols)))
 
 
-def _run_with_progress(
-    args: tuple[Any, ...], sessions: dict[str, Any], total: int
-) -> dict[str, Any]:
+def _run_with_progress(args: tuple[Any, ...], total: int) -> dict[str, Any]:
     counter = _core.Progress()
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["raw"] = _core.replay(*args, progress=counter, **sessions)
+            outcome["raw"] = _core.replay(*args, progress=counter)
         except BaseException as e:  # re-raised in the caller's thread
             outcome["error"] = e
 

@@ -96,18 +96,7 @@ class TraceColumns:
                 f"TraceColumns.{absent}: expected an array when {given} is given "
                 "(sessions need both columns; pass neither for a trace without sessions)"
             )
-        _core.validate_workload(*self.core_arrays(), session=self.session, delay_ms=self.delay_ms)
-
-    def core_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """The request columns in the order the core's functions take them."""
-        return (
-            self.arrival_ms,
-            self.input_length,
-            self.output_length,
-            self.hash_offsets,
-            self.hash_ids,
-            self.trace_block_size,
-        )
+        _core.validate_workload(self)
 
     def __len__(self) -> int:
         """Number of requests."""

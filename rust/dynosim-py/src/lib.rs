@@ -112,33 +112,51 @@ fn kv_shape_bytes_per_token(py: Python<'_>, shape_json: &str, tp: u32) -> PyResu
     Ok(shape.bytes_per_token(tp))
 }
 
-/// Check a columnar workload by the core's rules; raises `WorkloadError` (with `request` and
+/// The request columns of a `dynosim.workload.TraceColumns` (any object with its attributes),
+/// borrowed from numpy without copying.
+#[derive(FromPyObject)]
+struct Columns<'py> {
+    #[pyo3(attribute)]
+    arrival_ms: PyReadonlyArray1<'py, f64>,
+    #[pyo3(attribute)]
+    input_length: PyReadonlyArray1<'py, u32>,
+    #[pyo3(attribute)]
+    output_length: PyReadonlyArray1<'py, u32>,
+    #[pyo3(attribute)]
+    hash_offsets: PyReadonlyArray1<'py, u64>,
+    #[pyo3(attribute)]
+    hash_ids: PyReadonlyArray1<'py, u64>,
+    #[pyo3(attribute)]
+    trace_block_size: u32,
+    #[pyo3(attribute)]
+    session: Option<PyReadonlyArray1<'py, i64>>,
+    #[pyo3(attribute)]
+    delay_ms: Option<PyReadonlyArray1<'py, f64>>,
+}
+
+impl Columns<'_> {
+    fn workload(&self) -> PyResult<Workload<'_>> {
+        Ok(Workload {
+            arrival_ms: self.arrival_ms.as_slice()?,
+            input_length: self.input_length.as_slice()?,
+            output_length: self.output_length.as_slice()?,
+            hash_offsets: self.hash_offsets.as_slice()?,
+            hash_ids: self.hash_ids.as_slice()?,
+            trace_block_size: self.trace_block_size,
+            session: self.session.as_ref().map(|a| a.as_slice()).transpose()?,
+            delay_ms: self.delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
+        })
+    }
+}
+
+/// Check request columns by the core's rules; raises `WorkloadError` (with `request` and
 /// `detail`) naming the first bad request.
 #[pyfunction]
-#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, session=None, delay_ms=None))]
-#[allow(clippy::too_many_arguments)]
-fn validate_workload<'py>(
-    py: Python<'py>,
-    arrival_ms: PyReadonlyArray1<'py, f64>,
-    input_length: PyReadonlyArray1<'py, u32>,
-    output_length: PyReadonlyArray1<'py, u32>,
-    hash_offsets: PyReadonlyArray1<'py, u64>,
-    hash_ids: PyReadonlyArray1<'py, u64>,
-    trace_block_size: u32,
-    session: Option<PyReadonlyArray1<'py, i64>>,
-    delay_ms: Option<PyReadonlyArray1<'py, f64>>,
-) -> PyResult<()> {
-    let workload = Workload {
-        arrival_ms: arrival_ms.as_slice()?,
-        input_length: input_length.as_slice()?,
-        output_length: output_length.as_slice()?,
-        hash_offsets: hash_offsets.as_slice()?,
-        hash_ids: hash_ids.as_slice()?,
-        trace_block_size,
-        session: session.as_ref().map(|a| a.as_slice()).transpose()?,
-        delay_ms: delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
-    };
-    workload.validate().map_err(|e| workload_err(py, e))
+fn validate_workload(py: Python<'_>, columns: Columns<'_>) -> PyResult<()> {
+    columns
+        .workload()?
+        .validate()
+        .map_err(|e| workload_err(py, e))
 }
 
 /// Validate a configuration document; returns it normalised (defaults filled in) as JSON.
@@ -222,34 +240,17 @@ fn parse_mooncake<'py>(
     Ok(out)
 }
 
-/// Replay a columnar workload; see `dynosim.replay` for the public API.
+/// Replay request columns; see `dynosim.replay` for the public API.
 #[pyfunction]
-#[pyo3(signature = (arrival_ms, input_length, output_length, hash_offsets, hash_ids, trace_block_size, config_json, progress=None, session=None, delay_ms=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (columns, config_json, progress=None))]
 fn replay<'py>(
     py: Python<'py>,
-    arrival_ms: PyReadonlyArray1<'py, f64>,
-    input_length: PyReadonlyArray1<'py, u32>,
-    output_length: PyReadonlyArray1<'py, u32>,
-    hash_offsets: PyReadonlyArray1<'py, u64>,
-    hash_ids: PyReadonlyArray1<'py, u64>,
-    trace_block_size: u32,
+    columns: Columns<'py>,
     config_json: &str,
     progress: Option<PyRef<'py, Progress>>,
-    session: Option<PyReadonlyArray1<'py, i64>>,
-    delay_ms: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
-    let workload = Workload {
-        arrival_ms: arrival_ms.as_slice()?,
-        input_length: input_length.as_slice()?,
-        output_length: output_length.as_slice()?,
-        hash_offsets: hash_offsets.as_slice()?,
-        hash_ids: hash_ids.as_slice()?,
-        trace_block_size,
-        session: session.as_ref().map(|a| a.as_slice()).transpose()?,
-        delay_ms: delay_ms.as_ref().map(|a| a.as_slice()).transpose()?,
-    };
+    let workload = columns.workload()?;
     let counter = progress.map(|p| p.done.clone());
     let report = detached(py, || {
         dynosim_core::replay(&workload, &config, counter.as_deref())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,37 +17,64 @@ import dynosim.config
 from dynosim import aic
 from dynosim.aic import AicTarget, AicTiming, aic_table_timing
 from dynosim.aic import tables as aic_tables
-from dynosim.config import TableTiming, save_timing_table
+from dynosim.capacity import aic_kv_capacity
+from dynosim.config import OpTables, TableTiming, save_timing_table
 from dynosim.errors import ConfigError, MissingExtraError
 
 QWEN = {"model_name": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "trtllm"}
 
 
-def bilinear(x: list[float], y: list[float], z: list[list[float]], a: float, b: float) -> float:
-    """The core's table lookup (bilinear inside, linear past the edges, >= 0), mirrored to
+def multilinear(axes: list[list[float]], values: Any, point: list[float]) -> float:
+    """The core's table lookup (multilinear inside, linear past the edges, >= 0), mirrored to
     measure how well a grid follows AIC between its points."""
 
-    def segment(axis: list[float], v: float) -> tuple[int, float]:
+    def segment(axis: list[float], v: float) -> tuple[int, int, float]:
         if len(axis) == 1:
-            return 0, 0.0
+            return 0, 0, 0.0
         i = int(np.clip(np.searchsorted(axis, v, side="right"), 1, len(axis) - 1)) - 1
-        return i, (v - axis[i]) / (axis[i + 1] - axis[i])
+        return i, i + 1, (v - axis[i]) / (axis[i + 1] - axis[i])
 
-    i, wx = segment(x, a)
-    j, wy = segment(y, b)
-    i1, j1 = min(i + 1, len(x) - 1), min(j + 1, len(y) - 1)
-    lo = z[i][j] + (z[i1][j] - z[i][j]) * wx
-    hi = z[i][j1] + (z[i1][j1] - z[i][j1]) * wx
-    return max(lo + (hi - lo) * wy, 0.0)
+    def at(values: Any, depth: int) -> float:
+        if depth == len(axes):
+            return values
+        lo, hi, w = segment(axes[depth], point[depth])
+        a, b = at(values[lo], depth + 1), at(values[hi], depth + 1)
+        return a + (b - a) * w
+
+    return at(values, 0)
 
 
-def test_bilinear_mirror_by_hand():
-    # Guards the measuring stick itself: inside, past an edge, and a single-point axis.
+def work(n: float, p: float) -> float:
+    return n * (p + (n + 1) / 2)
+
+
+def pass_ms(t: OpTables, chunks: list[tuple[int, int]], decodes: int = 0, context: float = 0):
+    """The core's price of a pass (mirrored): non-attention over all its tokens, the chunks'
+    attention (equal chunks of the mean size, scaled by the work), the decodes' attention."""
+    tokens = sum(n for n, _ in chunks) + decodes
+    ms = multilinear([t.tokens], t.non_attention_ms, [tokens])
+    if chunks:
+        b = len(chunks)
+        n, p = sum(c[0] for c in chunks) / b, sum(c[1] for c in chunks) / b
+        equal = multilinear(
+            [t.chunk_batch, t.chunk_tokens, t.chunk_prefix], t.context_attention_ms, [b, n, p]
+        )
+        ms += equal * sum(work(*c) for c in chunks) / (b * work(n, p))
+    if decodes:
+        ms += multilinear(
+            [t.decode_batch, t.decode_context], t.decode_attention_ms, [decodes, context]
+        )
+    return max(ms, 0.0)
+
+
+def test_multilinear_mirror_by_hand():
+    # Guards the measuring stick itself: inside, past an edge, a single-point axis, 3 axes.
     z = [[0.0, 10.0], [100.0, 110.0]]
-    assert bilinear([0, 10], [0, 1], z, 5, 0.5) == pytest.approx(55.0)
-    assert bilinear([0, 10], [0, 1], z, 20, 0) == pytest.approx(200.0)
-    assert bilinear([0, 10], [0, 1], z, -20, 0) == 0.0
-    assert bilinear([3], [0, 1], [[4.0, 8.0]], 99, 0.25) == pytest.approx(5.0)
+    assert multilinear([[0, 10], [0, 1]], z, [5, 0.5]) == pytest.approx(55.0)
+    assert multilinear([[0, 10], [0, 1]], z, [20, 0]) == pytest.approx(200.0)
+    assert multilinear([[3], [0, 1]], [[4.0, 8.0]], [99, 0.25]) == pytest.approx(5.0)
+    cube = [[[x + 10 * y + 100 * z for z in (0, 1)] for y in (0, 1)] for x in (0, 1)]
+    assert multilinear([[0, 1]] * 3, cube, [0.5, 0.25, 0.75]) == pytest.approx(78.0)
 
 
 @pytest.fixture(scope="session")
@@ -55,28 +83,28 @@ def aic_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("dynosim-cache")
 
 
-@pytest.fixture(scope="session")
-def qwen_table(aic_cache):
-    """Qwen3-32B, h200_sxm, trtllm, TP1 tables (built once per session, ~2 s)."""
+def tables(aic_cache: Path, **spec: Any) -> tuple[OpTables, dict[str, Any]]:
     if not have("aiconfigurator_core"):
         pytest.skip("needs the aic extra")
-    return aic_table_timing(AicTiming(**QWEN, tp=1), cache_dir=aic_cache)
+    return aic_table_timing(AicTiming(**{**QWEN, **spec}), cache_dir=aic_cache)
+
+
+@pytest.fixture(scope="session")
+def qwen_table(aic_cache) -> OpTables:
+    """Qwen3-32B, h200_sxm, trtllm, TP1 tables (built once per session, ~3 s)."""
+    return tables(aic_cache, tp=1)[0]
 
 
 @pytest.fixture(scope="session")
 def aic_engine():
-    """AIC's engine for Qwen3-32B on h200_sxm, trtllm, TP1, to check the tables against."""
+    """AIC's engine for Qwen3-32B on h200_sxm, trtllm, TP1, and its operator indices."""
     if not have("aiconfigurator_core"):
         pytest.skip("needs the aic extra")
     from aiconfigurator_core.sdk.engine import EngineHandle
 
-    return EngineHandle.compile("Qwen/Qwen3-32B", "h200_sxm", "trtllm", tp_size=1)
-
-
-def _at(table: TableTiming, phase: str, a: float, b: float) -> float:
-    if phase == "prefill":
-        return bilinear(table.prefill_tokens, table.prefill_batch, table.prefill_ms, a, b)
-    return bilinear(table.decode_batch, table.decode_context, table.decode_ms, a, b)
+    h = EngineHandle.compile("Qwen/Qwen3-32B", "h200_sxm", "trtllm", tp_size=1)
+    context = [op[0] for op in h.run_static_per_op(batch_size=1, isl=8, osl=1)[0]]
+    return h, [i for i, n in enumerate(context) if n != "context_attention"]
 
 
 # ---- the tables -------------------------------------------------------------------------------
@@ -86,62 +114,100 @@ def _at(table: TableTiming, phase: str, a: float, b: float) -> float:
 @pytest.mark.parametrize(
     ("tp", "prefill_1x1024", "decode_64_at_4096"), [(1, 102.1, 35.9), (2, 55.9, 20.2)]
 )
-def test_tables_hold_known_step_times(aic_cache, qwen_table, tp, prefill_1x1024, decode_64_at_4096):
+def test_tables_hold_known_step_times(aic_cache, tp, prefill_1x1024, decode_64_at_4096):
     # AIConfigurator's step times (ms) for Qwen3-32B bf16 on h200_sxm with trtllm: one
-    # 1024-token prefill, and a decode pass of 64 requests at 4096 tokens of context.
-    table = (
-        qwen_table if tp == 1 else aic_table_timing(AicTiming(**QWEN, tp=tp), cache_dir=aic_cache)
-    )
-    assert _at(table, "prefill", 1024, 1) == pytest.approx(prefill_1x1024, abs=0.05)
-    assert _at(table, "decode", 64, 4096) == pytest.approx(decode_64_at_4096, abs=0.05)
+    # 1024-token prefill, and a decode pass of 64 requests at 4096 tokens of context. The
+    # decode is priced as AIC prices a mixed step (its non-attention operators as context
+    # operators over 64 tokens), 0.3 % below AIC's decode step at TP2.
+    t = tables(aic_cache, tp=tp)[0]
+    assert pass_ms(t, [(1024, 0)]) == pytest.approx(prefill_1x1024, abs=0.05)
+    assert pass_ms(t, [], 64, 4096) == pytest.approx(decode_64_at_4096, rel=0.005)
 
 
 @needs_aic
-def test_grid_points_are_aic_queries_in_grid_terms(qwen_table, aic_engine):
+def test_grid_points_are_aic_queries_by_operator_group(qwen_table, aic_engine):
+    h, non_attention = aic_engine
     t = qwen_table
-    # Prefill: T tokens over b requests is b prompts of T / b tokens each.
-    assert _at(t, "prefill", 8 * 1024, 8) == aic_engine.predict_prefill_latency(8, 1024)
-    # b does not divide T (1024 / 3 = 341.33): a third of the way from 341 to 342 tokens.
-    lo, hi = (aic_engine.predict_prefill_latency(3, n) for n in (341, 342))
-    assert 3 in t.prefill_batch and 1024 in t.prefill_tokens
-    assert _at(t, "prefill", 1024, 3) == pytest.approx(lo + (hi - lo) / 3, rel=1e-12)
-    # T < b cannot happen; those points repeat b = T so the edge interpolates smoothly.
-    row = t.prefill_ms[t.prefill_tokens.index(2)]
-    assert row[t.prefill_batch.index(8)] == row[t.prefill_batch.index(2)]
-    # Decode context c counts this step's token: AIC's step at s = isl + 1, so isl = c - 1.
-    assert _at(t, "decode", 64, 4096) == aic_engine.decode_step_latency(64, 4095, 1)
-    assert _at(t, "decode", 64, 4096) != aic_engine.decode_step_latency(64, 4096, 1)
+    i = t.tokens.index(1024)
+    assert t.non_attention_ms[i] == sum(
+        op[1] for op in h.evaluate_context_ops(non_attention, batch_size=1, s=1024)
+    )
+    # A whole prefill is its non-attention operators plus its attention, exactly.
+    b, n = t.chunk_batch.index(1), t.chunk_tokens.index(1024)
+    assert t.non_attention_ms[i] + t.context_attention_ms[b][n][0] == pytest.approx(
+        h.predict_prefill_latency(1, 1024), rel=1e-12
+    )
+    # A chunk after a prefix: AIC's prefill with the prefix cached, less the non-attention.
+    p = t.chunk_prefix.index(4096)
+    with_prefix = h.predict_prefill_latency(1, 1024 + 4096, prefix=4096)
+    assert t.non_attention_ms[i] + t.context_attention_ms[b][n][p] == pytest.approx(
+        with_prefix, rel=1e-12
+    )
+    assert t.chunk_prefix[0] == 0
 
 
 @needs_aic
-def test_tables_follow_aic_between_grid_points(qwen_table, aic_engine):
-    # Random off-grid shapes of the kind a replay produces. The refinement targets 1 % along its
-    # probe lines; AIC's own steps (decode +13 % from batch 160 to 161) bound the rest. This
-    # sample: prefill mean 0.24 %, max 2.5 %; decode mean 0.12 %, max 1.8 %. Over 3,000 points
-    # with batches to 512: prefill max 8.2 % (p99 3.0 %), decode max 2.6 % (p99 1.1 %).
+def test_passes_follow_aic_between_grid_points(qwen_table, aic_engine):
+    # Random off-grid passes of the kinds a replay produces, priced by the tables (through the
+    # core's formula) and by AIC's own whole-pass calls. Measured on this sample (mean / max):
+    # a chunk after a prefix 0.10 / 0.68 %, batches of equal prompts 0.11 / 2.5 %, decodes
+    # 0.27 / 1.5 % (AIC's decode step prices non-attention operators at the decode batch, the
+    # mixed step as context operators: ~0.3 % of the difference), mixed passes 0.08 / 0.5 %.
+    # Over 1,500 points (seed 7): p99 0.67 / 0.64 / 1.27 / 0.53 %, max 3.2 / 4.1 / 3.0 / 3.5 %.
+    h, _ = aic_engine
     rng = np.random.default_rng(4)
-    prefill, decode = [], []
-    for _ in range(400):
-        b = int(np.exp(rng.uniform(0, np.log(256))))
-        isl = int(np.exp(rng.uniform(0, np.log(32768 // b))))
-        truth = aic_engine.predict_prefill_latency(b, isl)
-        prefill.append(abs(_at(qwen_table, "prefill", b * isl, b) / truth - 1))
+    err: dict[str, list[float]] = {"prefix": [], "batch": [], "decode": [], "mixed": []}
+    for _ in range(150):
+        n = int(np.exp(rng.uniform(0, np.log(16384))))
+        p = int(np.exp(rng.uniform(0, np.log(32768))))
+        truth = h.predict_prefill_latency(1, n + p, prefix=p)
+        err["prefix"].append(abs(pass_ms(qwen_table, [(n, p)]) / truth - 1))
+        b = int(np.exp(rng.uniform(0, np.log(64))))
+        isl = int(np.exp(rng.uniform(0, np.log(8192 // b))))
+        truth = h.predict_prefill_latency(b, isl)
+        err["batch"].append(abs(pass_ms(qwen_table, [(isl, 0)] * b) / truth - 1))
+        b = int(np.exp(rng.uniform(0, np.log(512))))
         c = int(np.exp(rng.uniform(np.log(2), np.log(40960))))
-        truth = aic_engine.decode_step_latency(b, c - 1, 1)
-        decode.append(abs(_at(qwen_table, "decode", b, c) / truth - 1))
-    assert np.mean(prefill) < 0.005 and np.percentile(prefill, 95) < 0.02
-    assert max(prefill) < 0.05
-    assert np.mean(decode) < 0.003 and max(decode) < 0.03
+        truth = h.decode_step_latency(b, c - 1, 1)
+        err["decode"].append(abs(pass_ms(qwen_table, [], b, c) / truth - 1))
+        # AIC's mixed step: one chunk of ctx = isl tokens and gen decodes at isl + osl // 2 + 1.
+        ctx, gen = int(np.exp(rng.uniform(np.log(16), np.log(8192)))), int(rng.integers(1, 256))
+        truth = h.mixed_step_latency(ctx, gen, ctx, 2)
+        err["mixed"].append(abs(pass_ms(qwen_table, [(ctx, 0)], gen, ctx + 2) / truth - 1))
+    for kind, errors in err.items():
+        assert np.mean(errors) < 0.01, (kind, np.mean(errors))
+        assert max(errors) < 0.06, (kind, max(errors))
 
 
 @needs_aic
-def test_axes_gain_points_on_both_sides_of_aic_steps(qwen_table):
-    # AIC's GEMM tables step between 160 and 161 tokens; the refinement brackets the step.
-    assert {160, 161} <= {int(b) for b in qwen_table.decode_batch}
-    for axis in (qwen_table.prefill_tokens, qwen_table.decode_context):
+def test_a_mixed_pass_reads_the_weights_once(qwen_table, aic_engine):
+    # AIC prices a pass of a 512-token chunk and 32 decodes below the sum of a prefill pass and
+    # a decode pass (the weights are read once); the tables do too, within their error.
+    h, _ = aic_engine
+    mixed = h.mixed_step_latency(512, 32, 512, 256)
+    apart = h.predict_prefill_latency(1, 512) + h.decode_step_latency(32, 512, 256)
+    ours = pass_ms(qwen_table, [(512, 0)], 32, 512 + 256 // 2 + 1)
+    assert mixed < 0.95 * apart
+    assert ours == pytest.approx(mixed, rel=0.02)
+
+
+@needs_aic
+def test_the_core_prices_passes_as_the_mirror_does(qwen_table):
+    # One 1024-token prompt wanting one token: its TTFT is exactly one pass with one chunk.
+    rows = [(0.0, 1024, 1, [1, 2])]
+    config = {"cluster": {"num_workers": 1}, "timing": qwen_table.model_dump()}
+    s = dynosim.replay(make_columns(rows), config).summary
+    assert s["ttft_ms"]["mean"] == pytest.approx(pass_ms(qwen_table, [(1024, 0)]), rel=1e-12)
+
+
+@needs_aic
+def test_axes_span_the_grid(qwen_table):
+    for axis in (qwen_table.tokens, qwen_table.chunk_tokens, qwen_table.decode_context):
         assert axis[0] == 1 and axis[-1] == aic_tables.MAX_TOKENS
         assert all(a < b for a, b in itertools.pairwise(axis))
+    assert qwen_table.chunk_prefix[0] == 0 and qwen_table.chunk_prefix[-1] == aic_tables.MAX_TOKENS
     assert len(qwen_table.decode_batch) <= aic_tables.MAX_AXIS_POINTS
+    assert len(qwen_table.chunk_tokens) <= aic_tables.MAX_CHUNK_AXIS_POINTS
 
 
 def test_refine_axis_by_hand():
@@ -170,17 +236,18 @@ def test_second_identical_call_makes_no_aic_call(aic_cache, qwen_table, monkeypa
     monkeypatch.setattr(EngineHandle, "compile", classmethod(forbidden))
     monkeypatch.setattr(EngineHandle, "__init__", forbidden)
     monkeypatch.setattr(aic_tables, "build_tables", forbidden)
-    again = aic_table_timing(AicTiming(**QWEN), cache_dir=aic_cache)
+    again, _ = aic_table_timing(AicTiming(**QWEN), cache_dir=aic_cache)
     assert again == qwen_table
     files = list((aic_cache / "aic").glob("Qwen--Qwen3-32B_h200_sxm_trtllm-1.3.0rc20_tp1_*.npz"))
     assert len(files) == 1
 
 
 @needs_aic
-def test_cache_key_holds_every_input(monkeypatch):
-    target = aic.resolve_aic_timing(AicTiming(**QWEN))
+def test_cache_key_holds_every_input(tmp_path):
+    target = aic.resolve_aic_timing(AicTiming(**QWEN), tmp_path)
     assert target.backend_version == "1.3.0rc20"  # AIC's "current" slot for trtllm on h200_sxm
     assert target.aic_version == aic.aic_version()
+    assert dict(target.pricing)["gemm"] == "1.3.0rc20"
     names = {
         AicTarget(**{**target.__dict__, field: value}).file_name()
         for field, value in [
@@ -189,11 +256,14 @@ def test_cache_key_holds_every_input(monkeypatch):
             ("backend", "vllm"),
             ("backend_version", "1.3.0rc23"),
             ("tp", 2),
+            ("dp", 2),
+            ("ep", 2),
+            ("pricing", (("comm", "1.3.0rc20"), ("gemm", "1.2.0"))),
             ("aic_version", "0.12.1"),
             ("grid_version", aic.GRID_VERSION + 1),
         ]
     }
-    assert len(names | {target.file_name()}) == 8
+    assert len(names | {target.file_name()}) == 11
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
@@ -202,6 +272,20 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("DYNOSIM_CACHE_DIR")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert aic.default_cache_dir() == tmp_path / ".cache" / "dynosim"
+
+
+def _tiny_ops(scale: float = 1.0) -> OpTables:
+    return OpTables(
+        tokens=[1.0, 100.0],
+        non_attention_ms=[1.0 * scale, 2.0 * scale],
+        chunk_batch=[1.0],
+        chunk_tokens=[1.0, 100.0],
+        chunk_prefix=[0.0],
+        context_attention_ms=[[[0.5 * scale], [1.5 * scale]]],
+        decode_batch=[1.0, 8.0],
+        decode_context=[10.0, 20.0, 30.0],
+        decode_attention_ms=np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) * scale,
+    )
 
 
 def _tiny_table(scale: float = 1.0) -> TableTiming:
@@ -218,14 +302,114 @@ def _tiny_table(scale: float = 1.0) -> TableTiming:
 @needs_aic
 def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch):
     spec = AicTiming(**QWEN)
-    path = aic.table_cache_path(aic.resolve_aic_timing(spec), tmp_path)
-    path.parent.mkdir(parents=True)
+    path = aic.table_cache_path(aic.resolve_aic_timing(spec, tmp_path / "aic"), tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"not an npz")
-    monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_table(2.0), {}))
+    monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_ops(2.0), {}))
     with pytest.warns(UserWarning, match="unreadable cached AIC table"):
-        assert aic_table_timing(spec, cache_dir=tmp_path) == _tiny_table(2.0)
+        assert aic_table_timing(spec, cache_dir=tmp_path)[0] == _tiny_ops(2.0)
     monkeypatch.setattr(aic_tables, "build_tables", lambda target: pytest.fail("rebuilt twice"))
-    assert aic_table_timing(spec, cache_dir=tmp_path) == _tiny_table(2.0)
+    assert aic_table_timing(spec, cache_dir=tmp_path)[0] == _tiny_ops(2.0)
+
+
+# ---- versions and layouts ---------------------------------------------------------------------
+
+RTX = {"model_name": "Qwen/Qwen3-32B", "system": "rtx_pro_6000_server", "backend": "vllm"}
+
+
+@needs_aic
+def test_each_operation_is_priced_with_the_closest_version(aic_cache):
+    # rtx_pro_6000_server has vLLM 0.19.0 all-reduce measurements only; GEMM and attention
+    # come from 0.24.0, the closest version that has them.
+    assert aic.pricing_versions("rtx_pro_6000_server", "vllm", "0.19.0")["gemm"] == "0.24.0"
+    t19, prov = tables(aic_cache, **RTX, tp=2, backend_version="0.19.0")
+    assert prov["priced_by"]["comm"] == "0.19.0"
+    assert prov["priced_by"]["gemm"] == prov["priced_by"]["attention"] == "0.24.0"
+    t24, prov24 = tables(aic_cache, **RTX, tp=2)
+    assert prov24["backend_version"] == "0.24.0" and prov24["priced_by"]["comm"] == "0.24.0"
+    # The all-reduce of a 2-GPU rank costs more with 0.19.0's measurements (0.158 ms against
+    # 0.056 ms at 1 M elements): the non-attention operators, which hold it, cost more; the
+    # attention, priced by the same 0.24.0 data, is the same.
+    assert (
+        t19.non_attention_ms[t19.tokens.index(4096)] > t24.non_attention_ms[t24.tokens.index(4096)]
+    )
+    assert t19.decode_attention_ms == t24.decode_attention_ms
+    # AIC's own engine over the private systems folder gives the same prefill of 4 x 1024.
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    target = aic.resolve_aic_timing(AicTiming(**RTX, tp=2, backend_version="0.19.0"), aic_cache)
+    h = EngineHandle.compile(
+        RTX["model_name"],
+        RTX["system"],
+        "vllm",
+        backend_version="0.19.0",
+        tp_size=2,
+        systems_path=target.systems_path,
+    )
+    assert h.predict_prefill_latency(4, 1024) == pytest.approx(713.58, abs=0.05)
+
+
+@needs_aic
+def test_moe_layouts_split_the_experts(aic_cache):
+    moe = {**RTX, "model_name": "Qwen/Qwen3-30B-A3B"}
+    tp1, _ = tables(aic_cache, **moe, tp=1)
+    dpep, prov = tables(aic_cache, **moe, tp=1, dp=2, ep=2)
+    assert prov["layout"] == {"tp": 1, "dp": 2, "ep": 2}
+    # A rank of a DP2+EP2 worker decoding 64 requests at 4,096 tokens: the same attention as
+    # one GPU alone, half the experts (over both ranks' tokens) plus their dispatch: AIC gives
+    # 43.26 ms against 57.14 ms on one GPU holding every expert.
+    assert pass_ms(dpep, [], 64, 4096) == pytest.approx(43.26, rel=0.02)
+    assert pass_ms(tp1, [], 64, 4096) == pytest.approx(57.14, rel=0.02)
+    assert dpep.decode_attention_ms == tp1.decode_attention_ms
+
+
+@needs_aic
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ep": 2}, r"timing.ep \(--ep\): expert parallelism .* Qwen/Qwen3-32B is dense"),
+        (
+            {"model_name": "Qwen/Qwen3-30B-A3B", "dp": 3, "ep": 3},
+            r"AIConfigurator cannot .* at tp=1 dp=3 ep=3 \(--tp/--dp/--ep\)",
+        ),
+        (
+            {"backend_version": "0.18.0"},
+            r"no vllm version '0.18.0' .*measurements: .*0.19.0, 0.24.0",
+        ),
+    ],
+)
+def test_layouts_and_versions_aic_cannot_price_are_named(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        aic_table_timing(AicTiming(**{**RTX, **change}), cache_dir=tmp_path)
+
+
+@needs_aic
+def test_kv_capacity_as_vllm_sizes_it(tmp_path):
+    # Qwen3-32B at TP2 on rtx_pro_6000_server (102,641,958,912 B a GPU), vLLM, 0.9 of memory:
+    # AIC's memory model takes 32.76 GB of weights, 0.22 GB of activations for a 2,048-token
+    # pass, 3.76 GB for the runtime and 0.36 GB of all-reduce buffers per GPU, leaving
+    # 55,281,503,436 B of KV at 131,072 B a token per GPU: 26,360 blocks of 16 tokens.
+    cap = aic_kv_capacity(
+        AicTiming(**RTX, tp=2),
+        block_size=16,
+        max_num_batched_tokens=2048,
+        max_num_seqs=128,
+        cache_dir=tmp_path,
+    )
+    assert cap.source == "aic" and cap.kv_bytes_per_token_per_gpu == 131_072
+    assert cap.weights_bytes_per_gpu == pytest.approx(32.761e9, rel=1e-4)
+    assert cap.num_gpu_blocks == int(cap.kv_memory_bytes_per_gpu // (131_072 * 16)) == 26_360
+    # More memory for the engine, more blocks; a bigger pass budget, a bigger activation peak.
+    more = aic_kv_capacity(
+        AicTiming(**RTX, tp=2),
+        block_size=16,
+        max_num_batched_tokens=8192,
+        max_num_seqs=128,
+        gpu_memory_utilization=0.92,
+        cache_dir=tmp_path,
+    )
+    assert more.activation_bytes > cap.activation_bytes
+    assert more.num_gpu_blocks > cap.num_gpu_blocks
 
 
 # ---- the .npz format --------------------------------------------------------------------------
@@ -279,15 +463,15 @@ def no_engine(monkeypatch):
         ({"system": "h999"}, r"system 'h999' is unknown to AIC; systems with data: .*h200_sxm"),
         ({"system": "h100_pcie"}, r"'h100_pcie' has a spec but no performance data"),
         ({"system": "b60"}, r"no trtllm data for system 'b60'; backends there: vllm"),
-        ({"backend_version": "9.9"}, r"no trtllm version '9.9' .*versions: 1.3.0rc20, 1.3.0rc23"),
+        ({"backend_version": "9.9"}, r"no trtllm version '9.9' .*measurements: .*1.3.0rc20"),
         ({"backend_version": "previous"}, r"version 'previous' .*aliases: current=1.3.0rc20"),
-        ({"tp": 16}, r"no all-reduce data for tp=16 .*supported tp: 1, 2, 4, 8"),
-        ({"tp": 3}, r"tp=3 .*supported tp: 1, 2, 4, 8"),
+        ({"tp": 16}, r"no all-reduce measurement over 16 GPUs .*measured: 1, 2, 4, 8"),
+        ({"tp": 3}, r"over 3 GPUs .*measured: 1, 2, 4, 8"),
     ],
 )
-def test_unsupported_combinations_fail_naming_the_value(no_engine, change, message):
+def test_unsupported_combinations_fail_naming_the_value(no_engine, tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
-        aic_table_timing(AicTiming(**{**QWEN, **change}))
+        aic_table_timing(AicTiming(**{**QWEN, **change}), cache_dir=tmp_path)
 
 
 def test_spec_fields_are_checked():
@@ -301,8 +485,8 @@ def test_spec_fields_are_checked():
 
 
 @needs_aic
-def test_version_aliases_resolve_to_a_version():
-    target = aic.resolve_aic_timing(AicTiming(**QWEN, backend_version="next"))
+def test_version_aliases_resolve_to_a_version(tmp_path):
+    target = aic.resolve_aic_timing(AicTiming(**QWEN, backend_version="next"), tmp_path)
     assert target.backend_version == "1.3.0rc23"
     assert aic.supported_tp("gb200", "vllm", "0.24.0") == [1, 2, 4]  # a 4-GPU node
 
@@ -318,14 +502,16 @@ def test_aic_sections_become_tables(aic_cache, qwen_table):
         "decode": {"timing": {"model": "aic", **QWEN, "tp": 1}, "engine": None},
         "prefill": {"timing": None},
     }
-    out = aic.aic_sections_to_tables(config, cache_dir=aic_cache)
+    out, priced = aic.aic_sections_to_tables(config, cache_dir=aic_cache)
     assert out["timing"] == qwen_table.model_dump() == out["decode"]["timing"]
+    assert sorted(priced) == ["decode.timing", "timing"]
+    assert priced["timing"]["backend_version"] == "1.3.0rc20"
     assert out["prefill"] == {"timing": None}
     assert config["timing"]["model"] == "aic"  # the input is not modified
     if "tensor_parallel_size" not in dynosim.EngineConfig.model_fields:
         out["engine"] = {}
     cfg = dynosim.SimConfig.model_validate({**out, "cluster": {"mode": "disaggregated"}})
-    assert cfg.decode.timing.model == "table"
+    assert cfg.decode.timing.model == "op_tables"
 
 
 def test_aic_section_tp_must_match_its_engine():
@@ -361,8 +547,8 @@ def test_static_batch_matches_aiconfigurator(qwen_table, isl):
     step's own context, hence TPOT agrees to ~0.1 % rather than exactly. Throughput is
     8 x OSL / (TTFT + 127 x TPOT) on both sides (AIC's ``tokens/s`` = ``seq/s`` x OSL).
     """
-    if not (hasattr(dynosim.config, "TableTiming") and have("aiconfigurator")):
-        pytest.skip("needs dynosim.config.TableTiming and the aic extra")
+    if not have("aiconfigurator"):
+        pytest.skip("needs the aic extra")
     from aiconfigurator.cli.api import cli_estimate
 
     osl, batch = 128, 8
@@ -380,7 +566,7 @@ def test_static_batch_matches_aiconfigurator(qwen_table, isl):
         "h200_sxm",
         mode="static",
         backend_name="trtllm",
-        backend_version=aic.resolve_aic_timing(AicTiming(**QWEN)).backend_version,
+        backend_version="1.3.0rc20",
         isl=isl,
         osl=osl,
         batch_size=batch,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import make_columns
@@ -64,7 +66,10 @@ def test_table_from_npz_matches_inline(tmp_path):
         ),
         ({"decode_context": []}, "timing.decode_context: needs at least one point"),
         ({"prefill_ms": [[0.0, 0.0]]}, "timing.prefill_ms: needs 2 rows"),
-        ({"decode_ms": [[6.0, 16.0], [14.0]]}, "timing.decode_ms[1]: needs 2 values, got 1"),
+        (
+            {"decode_ms": [[6.0, 16.0], [14.0]]},
+            "timing.decode_ms[1]: needs 2 values (one per axis point), got 1",
+        ),
         ({"decode_ms": [[6.0, -1.0], [14.0, 24.0]]}, "timing.decode_ms[0][1]: must be a finite"),
         (
             {"decode_ms": [[6.0, float("nan")], [14.0, 24.0]]},
@@ -73,7 +78,7 @@ def test_table_from_npz_matches_inline(tmp_path):
     ],
 )
 def test_bad_tables_name_the_cell(override, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         dynosim.load_config(one_worker(table(**override)))
 
 

@@ -52,10 +52,14 @@ _NON_UNIFORM_KEYS = (
 
 @dataclass(frozen=True)
 class KvCapacity:
-    """The KV capacity of one worker (one TP rank of ``tp`` GPUs); bytes unless noted.
+    """The KV capacity of one rank (``tp`` GPUs); bytes unless noted.
 
-    ``num_gpu_blocks`` = floor((gpu_memory_bytes * memory_fraction - weights_bytes_per_gpu) /
-    (kv_bytes_per_token_per_gpu * block_size)).
+    ``kv_memory_bytes_per_gpu`` = gpu_memory_bytes x memory_fraction - (weights_bytes_per_gpu +
+    activation_bytes + runtime_bytes + comm_bytes), and ``num_gpu_blocks`` = floor(that /
+    (kv_bytes_per_token_per_gpu x block_size)). ``source`` says how the memory was counted:
+    ``aic`` (AIConfigurator's memory model of the engine, as vLLM sizes its cache: weights, the
+    activation peak of a ``max_num_batched_tokens`` pass, the runtime's own memory and the
+    communication buffers), or ``weights`` (weights only; the other terms are 0).
     """
 
     model: str
@@ -70,6 +74,12 @@ class KvCapacity:
     kv_memory_bytes_per_gpu: float
     block_size: int
     num_gpu_blocks: int
+    dp: int = 1
+    ep: int = 1
+    activation_bytes: float = 0.0
+    runtime_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    source: str = "weights"
 
     @property
     def kv_tokens(self) -> int:
@@ -94,7 +104,7 @@ def _check_positive(name: str, value: Any) -> float:
     return float(value)
 
 
-def _is_file(model: str | os.PathLike[str]) -> bool:
+def is_model_file(model: str | os.PathLike[str]) -> bool:
     """Whether ``model`` names a config file (or directory) rather than an AIC model."""
     return isinstance(model, os.PathLike) or str(model).endswith(".json") or Path(model).exists()
 
@@ -119,7 +129,7 @@ def load_model_config(model: str | os.PathLike[str]) -> tuple[dict[str, Any], st
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: cannot read the model config: {e}") from None
         label = str(path)
-    elif _is_file(model):
+    elif is_model_file(model):
         raise ConfigError(f"{path}: no such model config file")
     else:
         from dynosim.aic import bundled_model_config
@@ -203,7 +213,7 @@ def kv_geometry(
     config, label = load_model_config(model)
     _check_uniform(config, label)
     if dtype_bytes is None:
-        if _is_file(model):
+        if is_model_file(model):
             dtype_bytes = config_dtype_bytes(config, label)
         else:
             from dynosim.aic.models import kv_dtype_bytes
@@ -260,7 +270,7 @@ def model_weight_bytes(
     does) times ``dtype_bytes`` (default: the config's ``torch_dtype``). Mixture-of-experts, MLA
     or quantized checkpoints given as a file are refused: give their weights instead.
     """
-    if not _is_file(model):
+    if not is_model_file(model):
         from dynosim.aic.models import weight_bytes
 
         return weight_bytes(str(model), backend)
@@ -399,11 +409,86 @@ def estimate_kv_capacity(
     )
 
 
+def aic_kv_capacity(
+    spec: Any,
+    *,
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    gpu_memory_utilization: float = 0.9,
+    cache_dir: Path | None = None,
+) -> KvCapacity:
+    """The KV capacity of one rank of the engine an ``aic`` timing section describes (model,
+    system, backend, version and tp/dp/ep layout), as vLLM sizes its cache:
+    ``gpu_memory_utilization`` (vLLM's default 0.9) of the GPU's memory, less the weights on
+    one GPU, the activation peak of a ``max_num_batched_tokens`` pass of ``max_num_seqs``
+    requests, the runtime's own memory and the communication buffers, all from
+    AIConfigurator's memory model; the KV bytes per token per GPU follow the model's geometry.
+
+    Raises:
+        ConfigError: the fraction is not in (0, 1], the section is not one AIC supports, or the
+            rank has no room for a block (the message gives the figures).
+    """
+    from dynosim.aic.models import kv_memory
+    from dynosim.aic.tables import default_cache_dir
+    from dynosim.aic.target import resolve_aic_timing
+
+    fraction = _check_positive("gpu_memory_utilization", gpu_memory_utilization)
+    if fraction > 1:
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {fraction}")
+    _check_int("block_size", block_size, 1)
+    target = resolve_aic_timing(spec, Path(cache_dir or default_cache_dir()) / "aic")
+    memory = kv_memory(
+        target,
+        gpu_memory_utilization=fraction,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+    )
+    parts = memory["memory_breakdown"]
+    geometry = kv_geometry(spec.model_name, backend=spec.backend)
+    per_gpu = geometry.bytes_per_token(spec.tp)
+    kv_bytes = float(memory["total_kv_size_bytes"])
+    blocks = math.floor(kv_bytes / (per_gpu * block_size)) if kv_bytes > 0 else 0
+    if blocks < 1:
+        raise ConfigError(
+            f"{spec.model_name} at {target.layout()} does not fit {spec.system}: "
+            f"{fraction} of {memory['total_gpu_capacity_bytes'] / 1e9:.3f} GB less "
+            f"{parts['weights_bytes'] / 1e9:.3f} GB of weights, "
+            f"{parts['activations_bytes'] / 1e9:.3f} GB of activations, "
+            f"{parts['runtime_overhead_bytes'] / 1e9:.3f} GB for the runtime and "
+            f"{parts['comm_overhead_bytes'] / 1e9:.3f} GB of communication buffers leaves no "
+            f"block of {block_size} tokens x {per_gpu} B; raise tp or gpu_memory_utilization"
+        )
+    weights_per_gpu = float(parts["weights_bytes"])
+    return KvCapacity(
+        model=spec.model_name,
+        system=spec.system,
+        tp=spec.tp,
+        dp=spec.dp,
+        ep=spec.ep,
+        gpu_memory_bytes=int(memory["total_gpu_capacity_bytes"]),
+        memory_fraction=fraction,
+        weights_bytes=model_weight_bytes(spec.model_name, backend=spec.backend),
+        weights_bytes_per_gpu=weights_per_gpu,
+        activation_bytes=float(parts["activations_bytes"]),
+        runtime_bytes=float(parts["runtime_overhead_bytes"]),
+        comm_bytes=float(parts["comm_overhead_bytes"]),
+        kv_bytes_per_token=geometry.bytes_per_token(1),
+        kv_bytes_per_token_per_gpu=per_gpu,
+        kv_memory_bytes_per_gpu=kv_bytes,
+        block_size=block_size,
+        num_gpu_blocks=blocks,
+        source="aic",
+    )
+
+
 __all__ = [
     "KvCapacity",
+    "aic_kv_capacity",
     "config_dtype_bytes",
     "estimate_kv_capacity",
     "estimate_num_gpu_blocks",
+    "is_model_file",
     "kv_bytes_per_token",
     "kv_geometry",
     "load_model_config",

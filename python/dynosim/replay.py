@@ -28,16 +28,23 @@ def _columns(
     return workload.columns()
 
 
-def core_config_json(config: SimConfig) -> str:
-    """``config`` as the JSON document the core replays: its ``aic`` timing sections become
-    their ``table`` timing (built once with AIConfigurator, then read from the on-disk cache),
-    since the core prices passes from tables only."""
+def core_config(config: SimConfig) -> tuple[str, dict[str, Any]]:
+    """``config`` as the JSON document the core replays, and what priced each ``aic`` timing
+    section by its dotted path. The core prices passes from tables only, so ``aic`` sections
+    become their ``op_tables`` timing (built once with AIConfigurator, then read from the
+    on-disk cache)."""
     timings = (config.timing, config.prefill.timing, config.decode.timing)
     if not any(isinstance(t, AicTiming) for t in timings):
-        return config.model_dump_json()
+        return config.model_dump_json(), {}
     from dynosim.aic import aic_sections_to_tables
 
-    return json.dumps(aic_sections_to_tables(config.model_dump()))
+    resolved, priced = aic_sections_to_tables(config.model_dump())
+    return json.dumps(resolved), priced
+
+
+def core_config_json(config: SimConfig) -> str:
+    """``config`` as the JSON document the core replays (see :func:`core_config`)."""
+    return core_config(config)[0]
 
 
 def replay(
@@ -45,6 +52,7 @@ def replay(
     config: SimConfig | dict[str, Any] | str | Path | None = None,
     *,
     progress: bool = False,
+    provenance: dict[str, Any] | None = None,
 ) -> Report:
     """Replay ``workload`` on the cluster ``config`` describes and return its Report.
 
@@ -52,16 +60,31 @@ def replay(
         workload: a trace (``load_trace``), a ``SyntheticWorkload``, columns, or a trace path.
         config: a SimConfig, a dict of its fields, a YAML/JSON file path, or None for defaults.
         progress: show a progress bar on stderr when the run takes more than a second.
+        provenance: where settings came from, recorded in the report (for example how
+            ``num_gpu_blocks`` was derived); AIC timing sections add what priced them.
 
     The replay runs in Rust without the GIL; the same workload and config give a
-    byte-identical ``Report.to_json()``.
+    byte-identical ``Report.to_json()``. In the report's configuration an ``aic`` timing section
+    stays as given; its ``provenance["timing"]`` entry names the tables that priced it.
     """
     cfg = load_config(config)
     cols = _columns(workload)
-    args = (cols, core_config_json(cfg))
-    if not progress:
-        return Report(_core.replay(*args))
-    return Report(_run_with_progress(args, len(cols)))
+    config_json, priced = core_config(cfg)
+    args = (cols, config_json)
+    raw = _core.replay(*args) if not progress else _run_with_progress(args, len(cols))
+    notes = dict(provenance or {})
+    if priced:
+        notes["timing"] = priced
+        # Report the sections as given: the tables are named by their provenance.
+        config_out = json.loads(raw["config_json"])
+        given = cfg.model_dump(mode="json")
+        for path in priced:
+            holder, given_holder = config_out, given
+            for part in path.split(".")[:-1]:
+                holder, given_holder = holder[part], given_holder[part]
+            holder["timing"] = given_holder["timing"]
+        raw["config_json"] = json.dumps(config_out)
+    return Report(raw, notes)
 
 
 def _run_with_progress(args: tuple[Any, ...], total: int) -> dict[str, Any]:

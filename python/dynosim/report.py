@@ -47,13 +47,18 @@ class Report:
             (0 completed, 1 rejected), ``reject_reason`` (index into ``REJECT_REASONS``).
         timeseries: ``time_ms``, ``queued``, ``running`` and ``kv_blocks_used`` (samples x
             workers), every ``interval_ms``.
+        provenance: where derived settings came from: ``timing`` (per AIC timing section, the
+            model, system, engine version, layout and the version whose measurements priced
+            each family of operations) and ``kv_capacity`` (how ``num_gpu_blocks`` was
+            derived), when they were; empty otherwise.
     """
 
-    def __init__(self, raw: dict[str, Any]) -> None:
+    def __init__(self, raw: dict[str, Any], provenance: dict[str, Any] | None = None) -> None:
         self.summary: dict[str, Any] = json.loads(raw["summary_json"])
         self.config: dict[str, Any] = json.loads(raw["config_json"])
         self.requests: dict[str, np.ndarray] = raw["requests"]
         self.timeseries: dict[str, Any] = raw["timeseries"]
+        self.provenance: dict[str, Any] = provenance or {}
         for arrays in (self.requests, self.timeseries):
             for value in arrays.values():
                 if isinstance(value, np.ndarray):
@@ -79,14 +84,15 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """Summary, configuration, per-request columns and time series as plain Python data."""
-        return _plain(
-            {
-                "summary": self.summary,
-                "config": self.config,
-                "requests": self.requests,
-                "timeseries": self.timeseries,
-            }
-        )
+        out = {
+            "summary": self.summary,
+            "config": self.config,
+            "requests": self.requests,
+            "timeseries": self.timeseries,
+        }
+        if self.provenance:
+            out["provenance"] = self.provenance
+        return _plain(out)
 
     @cached_property
     def _canonical(self) -> str:

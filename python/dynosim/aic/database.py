@@ -1,55 +1,17 @@
 """What AIConfigurator's database holds: models (their bundled Hugging Face configs), systems
-(hardware specs), backends and versions per system, tensor-parallel sizes with all-reduce data;
-and the check that resolves an ``aic`` timing section against it."""
+(hardware specs), backends per system, and the tensor-parallel sizes it has all-reduce
+measurements for."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import aic_core, pandas
-from dynosim.config import AicTiming
+from dynosim.aic.versions import pricing_versions
 from dynosim.errors import ConfigError
-
-#: Bumped whenever the table axes or the query mapping change, so old cached tables are not
-#: reused (part of every table's cache key).
-GRID_VERSION = 1
-
-
-@dataclass(frozen=True)
-class AicTarget:
-    """An :class:`AicTiming` with every input resolved: the cache key of its tables."""
-
-    model_name: str
-    system: str
-    backend: str
-    backend_version: str
-    tp: int
-    aic_version: str
-    grid_version: int = GRID_VERSION
-
-    def key(self) -> str:
-        """The canonical JSON of the key (stored in the cache file and hashed into its name)."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    def file_name(self) -> str:
-        """Cache file name: readable inputs plus a hash of the full key."""
-        digest = hashlib.sha256(self.key().encode()).hexdigest()[:16]
-        model = self.model_name.replace("/", "--")
-        return (
-            f"{model}_{self.system}_{self.backend}-{self.backend_version}_tp{self.tp}_{digest}.npz"
-        )
-
-
-def aic_version() -> str:
-    """The installed ``aiconfigurator-core`` version (part of the cache key)."""
-    aic_core()
-    return importlib.metadata.version("aiconfigurator-core")
 
 
 def _model_configs_dir() -> Path:
@@ -89,7 +51,7 @@ def bundled_model_config(model_name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
     # Vision-language configs nest the language model's fields under text_config.
     return {**config.get("text_config", {}), **config}
 
@@ -134,108 +96,47 @@ def system_spec(system: str) -> dict[str, Any]:
     return spec
 
 
-def _resolve_version(system: str, backend: str, requested: str | None) -> str:
-    pdb = aic_core("sdk.perf_database")
-    # The version slots are cheap to read; AIC's full database listing parses hundreds of YAML
-    # files (seconds), so it is only consulted to explain a failure or when there are no slots.
-    slots = pdb.get_version_slots(system, backend) or {}
-    versions = sorted(set(slots.values()))
-    if not versions:
-        backends = supported_backends(system)
-        if backend not in backends:
-            raise ConfigError(
-                f"AIC has no {backend} data for system {system!r}; backends there: "
-                f"{', '.join(backends)}"
-            )
-        versions = backends[backend]
-    if requested is None:
-        # AIC's own default (get_latest_database_version): the "current" slot when slots exist.
-        version = slots.get("current") or pdb.get_latest_database_version(system, backend)
-    elif requested in ("current", "previous", "next"):
-        version = slots.get(requested)
-    else:
-        version = requested
-    if version is None or version not in versions:
-        aliases = ", ".join(f"{k}={v}" for k, v in slots.items())
-        raise ConfigError(
-            f"AIC has no {backend} version {requested!r} for system {system!r}; versions: "
-            f"{', '.join(versions)}" + (f" (aliases: {aliases})" if aliases else "")
-        )
-    return version
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    # "1.3.0rc20" -> (1, 3, 0, 0, 20); a final release sorts after its release candidates.
-    head, _, rc = version.partition("rc")
-    nums = [int(p) for p in head.replace("post", ".").split(".") if p.isdigit()]
-    return (*nums, 0, int(rc)) if rc.isdigit() else (*nums, 1, 0)
-
-
 def supported_tp(system: str, backend: str, backend_version: str) -> list[int]:
-    """Tensor-parallel sizes AIC has measured all-reduce data for (plus 1, which needs none).
+    """Tensor-parallel sizes AIC has all-reduce measurements for (plus 1, which needs none).
 
     AIC prices the TP all-reduce from ``comm/<backend>/<version>/custom_allreduce_perf.parquet``
-    of the system, filling a version without its own file from the newest older one; beyond the
-    GPU counts measured there (2, 4, 8 on an 8-GPU node) it would extrapolate, so those sizes are
-    refused rather than trusted.
+    of the system, the version chosen as for every family
+    (:func:`~dynosim.aic.versions.pricing_versions`); beyond the GPU counts measured there (2, 4,
+    8 on an 8-GPU node) it would extrapolate, so those sizes are refused rather than trusted.
     """
-    pd = pandas("reading AIC's all-reduce tables", "aic")
-    pdb = aic_core("sdk.perf_database")
-    spec = system_spec(system)
-    want = _version_tuple(backend_version)
-    best: tuple[tuple[int, ...], Path] | None = None
-    for root in pdb.get_systems_paths():
-        comm = Path(root) / spec.get("data_dir", "") / "comm" / backend
-        for path in comm.glob("*/custom_allreduce_perf.parquet"):
-            v = _version_tuple(path.parent.name)
-            if v <= want and (best is None or v > best[0]):
-                best = (v, path)
+    comm = pricing_versions(system, backend, backend_version).get("comm")
     sizes = {1}
-    if best is not None:
-        sizes |= {int(n) for n in pd.read_parquet(best[1], columns=["num_gpus"])["num_gpus"]}
+    if comm is not None:
+        spec = system_spec(system)
+        pdb = aic_core("sdk.perf_database")
+        path = (
+            Path(pdb.get_systems_paths()[0])
+            / spec.get("data_dir", "")
+            / "comm"
+            / backend
+            / comm
+            / "custom_allreduce_perf.parquet"
+        )
+        if path.exists():
+            table = pandas("reading AIC's all-reduce tables", "aic").read_parquet(
+                path, columns=["num_gpus"]
+            )
+            sizes |= {int(n) for n in table["num_gpus"]}
     return sorted(sizes)
 
 
-def resolve_aic_timing(spec: AicTiming) -> AicTarget:
-    """Check that AIC supports ``spec`` and resolve its backend version; no engine is built.
-
-    Raises:
-        MissingExtraError: AIConfigurator is not installed.
-        ConfigError: the model, system, backend, version or TP is not supported (the message
-            names the value and lists the supported ones).
-    """
-    config = _text_config(bundled_model_config(spec.model_name))
-    version = _resolve_version(spec.system, spec.backend, spec.backend_version)
-    # tp=1 needs no all-reduce data; reading it (pandas, parquet) costs half a second.
-    sizes = [1] if spec.tp == 1 else supported_tp(spec.system, spec.backend, version)
-    if spec.tp not in sizes:
-        raise ConfigError(
-            f"AIC has no all-reduce data for tp={spec.tp} on {spec.system} with {spec.backend} "
-            f"{version}; supported tp: {', '.join(map(str, sizes))}"
-        )
-    heads = config.get("num_attention_heads")
-    if isinstance(heads, int) and heads % spec.tp:
-        raise ConfigError(
-            f"tp={spec.tp} does not divide the {heads} attention heads of {spec.model_name}"
-        )
-    return AicTarget(
-        model_name=spec.model_name,
-        system=spec.system,
-        backend=spec.backend,
-        backend_version=version,
-        tp=spec.tp,
-        aic_version=aic_version(),
-    )
+def is_moe(model_name: str) -> bool:
+    """Whether AIC's bundled config of ``model_name`` is a mixture of experts."""
+    config = text_config(bundled_model_config(model_name))
+    return any(config.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
 __all__ = [
-    "GRID_VERSION",
-    "AicTarget",
-    "aic_version",
     "bundled_model_config",
-    "resolve_aic_timing",
+    "is_moe",
     "supported_backends",
     "supported_models",
     "supported_tp",
     "system_spec",
+    "text_config",
 ]

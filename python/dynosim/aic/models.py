@@ -37,4 +37,43 @@ def weight_bytes(model_name: str, backend: str) -> int:
     return int(sum(op.get_weights() for op in _aic_model(model_name, backend).context_ops))
 
 
-__all__ = ["kv_dtype_bytes", "weight_bytes"]
+def kv_memory(
+    target: Any,
+    *,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> dict[str, Any]:
+    """AIC's memory model of one rank of ``target`` (an :class:`~dynosim.aic.AicTarget`), as
+    vLLM sizes its KV cache: ``gpu_memory_utilization`` x GPU memory, less the weights on one
+    GPU, the activation peak of a ``max_num_batched_tokens`` pass, the runtime's own memory
+    and the communication buffers. Returns AIC's figures (bytes, tokens)."""
+    memory = aic_core("sdk.memory")
+    layout: dict[str, Any] = {"tp_size": target.tp}
+    if target.moe:
+        layout.update(
+            attention_dp_size=target.dp,
+            moe_ep_size=target.ep,
+            moe_tp_size=target.tp * target.dp // target.ep,
+        )
+    try:
+        return memory.estimate_kv_cache(
+            target.model_name,
+            target.system,
+            target.backend,
+            target.backend_version,
+            max_num_tokens=max_num_batched_tokens,
+            max_batch_size=max_num_seqs,
+            memory_fraction_kind="of_total",
+            memory_fraction_value=gpu_memory_utilization,
+            systems_path=target.systems_path,
+            **layout,
+        )
+    except Exception as e:  # AIC raises bare errors for what it cannot size
+        raise ConfigError(
+            f"AIConfigurator cannot size the KV cache of {target.model_name} on {target.system} "
+            f"at {target.layout()}: {e}"
+        ) from None
+
+
+__all__ = ["kv_dtype_bytes", "kv_memory", "weight_bytes"]

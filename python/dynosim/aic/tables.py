@@ -2,35 +2,43 @@
 
 AIConfigurator (AIC, the optional ``aic`` extra) predicts a GPU forward pass from kernels measured
 per system, backend and version. Querying it inside the event loop would cost 3-400 us a pass, so
-this module asks it once, on a fixed grid, and hands the simulator a ``table`` timing
-(:class:`dynosim.config.TableTiming`) that the core interpolates. Tables are cached on disk keyed
-by everything that changes them, so a second run with the same inputs makes no AIC call.
+this module asks it once, on grids, and hands the simulator ``op_tables`` timing
+(:class:`dynosim.config.OpTables`) that the core interpolates. Tables are cached on disk keyed by
+everything that changes them, so a second run with the same inputs makes no AIC call.
 
-How the grid maps onto AIC's queries (read from ``aiconfigurator_core`` 0.12: ``Engine::
-predict_prefill_latency`` and ``decode_step_latency`` in the compiled engine):
+A pass is priced as AIC prices a step that mixes prefill chunks and decodes (its
+``mixed_step_breakdown``), split into three operator groups of the compiled engine:
 
-- ``prefill_ms[T][b]``: one pass prefilling ``b`` requests with ``T`` uncached tokens in total.
-  AIC's ``predict_prefill_latency(bs, isl)`` is a static context phase of ``bs`` requests of
-  ``isl`` tokens *each* (T = bs * isl). When b does not divide T, the value is interpolated
-  linearly between the two integer prompt lengths around T / b. Grid points with T < b cannot
-  occur (every prefilling request has a token); they hold the value at b = T so that
-  interpolation next to that edge stays continuous.
-- ``decode_ms[b][c]``: one decode step of ``b`` requests whose mean context, this step's token
-  included, is ``c``. AIC's ``decode_step_latency(bs, isl, osl=1)`` is one step at
-  ``s = isl + osl // 2 + 1`` KV positions, the same convention as its static generation phase
-  (step i of a request at ``s = isl + i + 1``); so context c is queried with ``isl = c - 1``.
+- ``non_attention_ms[T]``: every context operator but attention (GEMMs, MoE and its dispatch,
+  norms, embedding, all-reduce) at batch 1 over ``T`` tokens, T being the prefill chunk tokens
+  plus one per decoding request of the pass. One pass reads the weights once, which is why a
+  mixed pass costs less than a prefill pass plus a decode pass.
+- ``context_attention_ms[b][n][p]``: AIC's context attention of ``b`` chunks of ``n`` new
+  tokens each, after ``p`` earlier tokens each (a cached prefix, or earlier chunks of the same
+  prompt). The core scales it by the pass's actual attention work over that of equal chunks.
+- ``decode_attention_ms[b][c]``: AIC's generation attention of ``b`` requests at ``c`` KV
+  positions (this step's token included).
 
-Grid (``GRID_VERSION`` 1). Each axis starts from the ladder 1, 2, 3, 4, 6, 8, 12, ... (powers of two
-and 1.5 times them): batches to 512 (past vLLM's default ``max_num_seqs`` of 256), prefill tokens
-and decode contexts to 131,072 (past the default 8,192-token pass budget, an unchunked long prompt
-and the longest context of the bundled models); past the edges the core extrapolates linearly.
-AIC's curves are not smooth, though: its GEMM tables step at fixed token counts (a Qwen3-32B
-decode step on h200 jumps 13 % from batch 160 to 161) and its context attention changes regime
-past 256 requests (+50 % from 256 to 257). So each axis is then refined greedily against AIC
-itself: along three probe lines of the other axis, the candidate value whose linear
-interpolation is worst is added until every probe is within ``REFINE_TOLERANCE`` (1 %) or the
-axis has ``MAX_AXIS_POINTS`` points. Steps thus get a point on each side. Candidates are every
-batch 1..512 and every token count to 1,024, then 1 % apart.
+AIC's own whole-pass answers decompose the same way: a prefill of ``n`` tokens is
+``non_attention(n) + context_attention(1, n, 0)`` exactly, a decode step of ``b`` requests is
+``non_attention(b) + decode_attention(b, c)`` (AIC's decode step prices its non-attention
+operators at the decode batch, a few hundredths of a ms apart).
+
+Layouts: a worker is ``dp`` data-parallel ranks of ``tp`` GPUs. For a mixture-of-experts model
+the ranks are attention-DP ranks and the experts are split ``ep`` ways (each expert over
+``tp x dp / ep`` GPUs), priced by AIC with ``attention_dp_size``, ``moe_ep_size`` and
+``moe_tp_size``; tables are per rank (AIC's batch is one rank's). For a dense model DP ranks are
+replicas and the tables are those of one rank.
+
+Grids (``GRID_VERSION`` 2). Each axis starts from the ladder 1, 2, 3, 4, 6, 8, 12, ... (powers
+of two and 1.5 times them; the prefix axis also has 0) and is refined greedily against AIC along
+probe lines of the other axes: the candidate whose linear interpolation is worst is added until
+every probe is within ``REFINE_TOLERANCE`` (1 %) or the axis has its most points. Past the
+edges the core extrapolates linearly. Measured against AIC's whole-pass calls on 1,500 random
+passes (Qwen3-32B, h200_sxm, trtllm; ``tests/test_aic.py``), mean / p99 / max error: a chunk
+after a prefix 0.10 / 0.67 / 3.2 %, batches of equal prompts 0.09 / 0.64 / 4.1 %, decodes
+0.26 / 1.27 / 3.0 %, mixed passes 0.10 / 0.53 / 3.5 %. Cold, the tables take about 3 s to
+build (AIC's engine and data load included).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -49,24 +57,42 @@ from typing import Any
 import numpy as np
 
 from dynosim._dependencies import aic_core
-from dynosim.aic.database import AicTarget, resolve_aic_timing
-from dynosim.config import TABLE_ARRAYS, AicTiming, TableTiming
-from dynosim.config.timing_table import write_timing_table
+from dynosim.aic.target import AicTarget, resolve_aic_timing
+from dynosim.config import AicTiming, OpTables
+from dynosim.config.timing_table import write_npz
 from dynosim.errors import ConfigError
 
-#: Largest batch on the batch axes (requests).
+#: Largest decode batch on the axes (requests): past vLLM's default max_num_seqs of 256.
 MAX_BATCH = 512
-#: Largest prefill-token and decode-context value on the axes (tokens).
+#: Largest chunk batch on the axes (prefill chunks in one pass).
+MAX_CHUNK_BATCH = 256
+#: Largest token count on the axes (tokens): past an unchunked long prompt and the longest
+#: context of the bundled models.
 MAX_TOKENS = 131_072
 #: Refinement stops once linear interpolation along every probe line is within this (relative).
 REFINE_TOLERANCE = 0.01
-#: Refinement stops at this many points on an axis.
+#: Most points of an axis of the 1-D and 2-D tables, and of the 3-D chunk-attention table.
 MAX_AXIS_POINTS = 96
-#: Probe lines of the refinement: the values of the other axis an axis is refined along.
+MAX_CHUNK_AXIS_POINTS = 40
+#: Probe lines of the refinement: the values of the other axes an axis is refined along.
 DECODE_CONTEXT_PROBES = (256, 4096, 32768)
 DECODE_BATCH_PROBES = (1, 32, 256)
-PREFILL_BATCH_PROBES = (1, 8, 64)
-PREFILL_TOKEN_PROBES = (1024, 8192, 65536)
+CHUNK_BATCH_PROBES = ((64, 0), (1024, 0), (256, 8192))  # (tokens, prefix)
+CHUNK_TOKEN_PROBES = ((1, 0), (8, 0), (1, 8192))  # (batch, prefix)
+CHUNK_PREFIX_PROBES = ((1, 256), (1, 4096), (8, 512))  # (batch, tokens)
+
+#: The arrays of a cached table file, named like OpTables' fields.
+TABLE_FIELDS = (
+    "tokens",
+    "non_attention_ms",
+    "chunk_batch",
+    "chunk_tokens",
+    "chunk_prefix",
+    "context_attention_ms",
+    "decode_batch",
+    "decode_context",
+    "decode_attention_ms",
+)
 
 
 def ladder(top: int) -> list[int]:
@@ -81,12 +107,13 @@ def ladder(top: int) -> list[int]:
     return sorted(out)
 
 
-def _token_candidates(top: int) -> list[int]:
-    """Every token count to 1,024, then 1 % apart, up to ``top`` (refinement candidates)."""
-    out = set(range(1, min(top, 1024) + 1))
-    x = 1024.0
+def candidates(top: int, every: int, step: float) -> list[int]:
+    """Every integer to ``every``, then ``step`` (relative) apart, up to ``top``: the values
+    refinement may add to an axis."""
+    out = set(range(1, min(top, every) + 1))
+    x = float(every)
     while x < top:
-        x *= 1.01
+        x *= 1.0 + step
         out.add(min(round(x), top))
     return sorted(out)
 
@@ -94,7 +121,7 @@ def _token_candidates(top: int) -> list[int]:
 def refine_axis(
     seed: list[int],
     candidates: list[int],
-    probes: list[Any],
+    probes: list[Callable[[int], float]],
     tolerance: float = REFINE_TOLERANCE,
     max_points: int = MAX_AXIS_POINTS,
 ) -> list[int]:
@@ -110,7 +137,7 @@ def refine_axis(
         worst, where = tolerance, None
         idx = [at[a] for a in axis]
         for t in truth:
-            err = np.abs(np.interp(xs, xs[idx], t[idx]) / t - 1.0)
+            err = np.abs(np.interp(xs, xs[idx], t[idx]) / np.maximum(t, 1e-12) - 1.0)
             k = int(np.argmax(err))
             if err[k] > worst:
                 worst, where = float(err[k]), cands[k]
@@ -131,24 +158,44 @@ def table_cache_path(target: AicTarget, cache_dir: Path | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / "aic" / target.file_name()
 
 
-def aic_table_timing(spec: AicTiming, *, cache_dir: Path | None = None) -> TableTiming:
-    """The ``table`` timing of ``spec``, from the disk cache or built once with AIC.
+def provenance(target: AicTarget, path: Path) -> dict[str, Any]:
+    """What priced a timing section, for the report: model, system, engine and version, the
+    layout, the version whose measurements price each family of operations, AIC's version,
+    and the cached tables."""
+    return {
+        "model_name": target.model_name,
+        "system": target.system,
+        "backend": target.backend,
+        "backend_version": target.backend_version,
+        "layout": {"tp": target.tp, "dp": target.dp, "ep": target.ep},
+        "priced_by": dict(target.pricing),
+        "aic_version": target.aic_version,
+        "tables": path.name,
+    }
+
+
+def aic_table_timing(
+    spec: AicTiming, *, cache_dir: Path | None = None
+) -> tuple[OpTables, dict[str, Any]]:
+    """The ``op_tables`` timing of ``spec`` (from the disk cache, or built once with AIC) and
+    its provenance (:func:`provenance`).
 
     Args:
-        spec: model, system, backend, backend version and TP.
+        spec: model, system, backend, backend version and layout.
         cache_dir: cache root (default :func:`default_cache_dir`); tables go to ``<root>/aic``.
 
     Raises:
         MissingExtraError: AIConfigurator is not installed.
         ConfigError: AIC does not support the combination, or cannot build or price it.
     """
-    target = resolve_aic_timing(spec)
+    root = Path(cache_dir or default_cache_dir()) / "aic"
+    target = resolve_aic_timing(spec, root)
     path = table_cache_path(target, cache_dir)
-    table = _read_cache(path, target)
-    if table is None:
-        table, provenance = build_tables(target)
-        _write_cache(path, table, target, provenance)
-    return table
+    tables = _read_cache(path, target)
+    if tables is None:
+        tables, tiers = build_tables(target)
+        _write_cache(path, tables, target, tiers)
+    return tables, provenance(target, path)
 
 
 @contextmanager
@@ -165,135 +212,169 @@ def _quiet_aic() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def build_tables(target: AicTarget) -> tuple[TableTiming, dict[str, int]]:
-    """Query AIC on the grid (no cache). Returns the tables and, per AIC provenance tier other
-    than silicon measurements, how many queries it answered (warned about when non-empty)."""
-    EngineHandle = aic_core("sdk.engine").EngineHandle
+class _Engine:
+    """AIC's compiled engine for a target, queried by operator group (ms): memoised, checked,
+    provenance tiers counted."""
 
-    with _quiet_aic():
+    def __init__(self, target: AicTarget) -> None:
+        engine = aic_core("sdk.engine").EngineHandle
+        layout: dict[str, Any] = {"tp_size": target.tp}
+        if target.moe:
+            layout.update(
+                attention_dp_size=target.dp,
+                moe_ep_size=target.ep,
+                moe_tp_size=target.tp * target.dp // target.ep,
+            )
+        self.target = target
         try:
-            handle = EngineHandle.compile(
+            self.handle = engine.compile(
                 target.model_name,
                 target.system,
                 target.backend,
                 backend_version=target.backend_version,
-                tp_size=target.tp,
+                systems_path=target.systems_path,
+                **layout,
             )
+            context = [op[0] for op in self.handle.run_static_per_op(batch_size=1, isl=8, osl=1)[0]]
+            generation = [op[0] for op in self.handle.decode_step_per_op(8, 1000, 1)]
         except Exception as e:  # AIC raises bare ValueError/AssertionError for unsupported inputs
-            raise ConfigError(
-                f"AIConfigurator cannot build {target.model_name} on {target.system} with "
-                f"{target.backend} {target.backend_version} at tp={target.tp}: {e}"
-            ) from None
-        aic = _Queries(handle, target)
-        batches = list(range(1, MAX_BATCH + 1))
-        tokens = _token_candidates(MAX_TOKENS)
-        decode_batch = refine_axis(
-            ladder(MAX_BATCH),
-            batches,
-            [partial(_along_first, aic.decode, c) for c in DECODE_CONTEXT_PROBES],
+            raise self._cannot("build", e) from None
+        self.non_attention = [i for i, name in enumerate(context) if name != "context_attention"]
+        self.context_attention = [context.index("context_attention")]
+        self.decode_attention = [generation.index("generation_attention")]
+        self.tiers: dict[str, int] = {}
+        self._memo: dict[tuple[Any, ...], float] = {}
+
+    def _cannot(self, what: str, e: Exception) -> ConfigError:
+        t = self.target
+        return ConfigError(
+            f"timing: AIConfigurator cannot {what} {t.model_name} on {t.system} with "
+            f"{t.backend} {t.backend_version} at {t.layout()} (--tp/--dp/--ep): {e}"
         )
-        decode_context = refine_axis(
-            ladder(MAX_TOKENS), tokens, [partial(aic.decode, b) for b in DECODE_BATCH_PROBES]
-        )
-        prefill_tokens = refine_axis(
-            ladder(MAX_TOKENS),
-            tokens,
-            [partial(_along_first, aic.prefill, b) for b in PREFILL_BATCH_PROBES],
-        )
-        prefill_batch = refine_axis(
-            ladder(MAX_BATCH), batches, [partial(aic.prefill, t) for t in PREFILL_TOKEN_PROBES]
-        )
-        prefill = [[aic.prefill(t, b) for b in prefill_batch] for t in prefill_tokens]
-        decode = [[aic.decode(b, c) for c in decode_context] for b in decode_batch]
-    if aic.provenance:
-        warnings.warn(
-            f"AIConfigurator priced part of the {target.model_name} / {target.system} grid from "
-            f"data other than silicon measurements: {aic.provenance} queries by tier",
-            stacklevel=2,
-        )
-    table = TableTiming(
-        prefill_tokens=np.array(prefill_tokens, dtype=float),
-        prefill_batch=np.array(prefill_batch, dtype=float),
-        prefill_ms=np.array(prefill),
-        decode_batch=np.array(decode_batch, dtype=float),
-        decode_context=np.array(decode_context, dtype=float),
-        decode_ms=np.array(decode),
-    )
-    return table, aic.provenance
 
-
-def _along_first(fn: Any, fixed: int, value: int) -> float:
-    """``fn(value, fixed)``: a probe line along the first argument of ``fn``."""
-    return fn(value, fixed)
-
-
-class _Queries:
-    """AIC queries in the grid's terms (ms): memoised, checked, provenance counted."""
-
-    def __init__(self, handle: Any, target: AicTarget) -> None:
-        self.handle = handle
-        self.target = target
-        self.provenance: dict[str, int] = {}
-        self._memo: dict[tuple[str, int, int], float] = {}
-
-    def _ask(self, what: str, batch: int, length: int) -> float:
-        key = (what, batch, length)
+    def _ask(self, key: tuple[Any, ...], query: Callable[[], list[Any]]) -> float:
         if key in self._memo:
             return self._memo[key]
-        t = self.target
         try:
-            if what == "prefill":
-                ms = float(self.handle.predict_prefill_latency(batch, length))
-            else:
-                ms = float(self.handle.decode_step_latency(batch, length, 1))
+            ms = float(sum(op[1] for op in query()))
         except Exception as e:
-            raise ConfigError(
-                f"AIConfigurator cannot price a {what} of batch {batch}, length {length} for "
-                f"{t.model_name} on {t.system}: {e}"
-            ) from None
-        if not math.isfinite(ms) or ms <= 0.0:
-            raise ConfigError(
-                f"AIConfigurator returned {ms} ms for a {what} of batch {batch}, length {length} "
-                f"({t.model_name} on {t.system}); expected a positive latency"
-            )
+            raise self._cannot(f"price {key}", e) from None
+        if not math.isfinite(ms) or ms < 0.0:
+            raise self._cannot(f"price {key}", ValueError(f"got {ms} ms"))
         tier = self.handle.last_provenance()
         if tier is not None:
-            self.provenance[tier] = self.provenance.get(tier, 0) + 1
+            self.tiers[tier] = self.tiers.get(tier, 0) + 1
         self._memo[key] = ms
         return ms
 
-    def prefill(self, tokens: int, batch: int) -> float:
-        """One pass prefilling ``batch`` requests with ``tokens`` tokens in total (ms)."""
-        batch = min(batch, tokens)  # T < b cannot happen; hold the b = T value (module doc)
-        lo, rem = divmod(tokens, batch)
-        at_lo = self._ask("prefill", batch, lo)
-        if rem == 0:
-            return at_lo
-        # b does not divide T: between the two uniform prompt lengths around T / b.
-        return at_lo + (self._ask("prefill", batch, lo + 1) - at_lo) * rem / batch
+    def non_attention_ms(self, tokens: int) -> float:
+        """Every operator but attention over ``tokens`` tokens (ms)."""
+        h, ops = self.handle, self.non_attention
+        return self._ask(
+            ("na", tokens), lambda: h.evaluate_context_ops(ops, batch_size=1, s=tokens)
+        )
 
-    def decode(self, batch: int, context: int) -> float:
-        """One step of ``batch`` requests at mean context ``context``, its token included (ms).
+    def context_attention_ms(self, batch: int, tokens: int, prefix: int) -> float:
+        """Attention of ``batch`` chunks of ``tokens`` new tokens after ``prefix`` (ms)."""
+        h, ops = self.handle, self.context_attention
+        return self._ask(
+            ("ca", batch, tokens, prefix),
+            lambda: h.evaluate_context_ops(ops, batch_size=batch, s=tokens, prefix=prefix),
+        )
 
-        AIC's step is at s = isl + osl // 2 + 1 positions: osl = 1 and isl = context - 1."""
-        return self._ask("decode", batch, max(context - 1, 0))
+    def decode_attention_ms(self, batch: int, context: int) -> float:
+        """Attention of ``batch`` decodes at ``context`` KV positions each (ms)."""
+        h, ops = self.handle, self.decode_attention
+        return self._ask(
+            ("da", batch, context),
+            lambda: h.evaluate_generation_ops(ops, batch_size=batch, s=context),
+        )
 
 
-def _write_cache(
-    path: Path, table: TableTiming, target: AicTarget, provenance: dict[str, int]
-) -> None:
+def build_tables(target: AicTarget) -> tuple[OpTables, dict[str, int]]:
+    """Query AIC on the grids (no cache). Returns the tables and, per AIC provenance tier other
+    than silicon measurements, how many queries it answered (warned about when non-empty)."""
+    with _quiet_aic():
+        aic = _Engine(target)
+        tokens_cands = candidates(MAX_TOKENS, 1024, 0.01)
+        # Decode attention is smooth and costs ~0.4 ms a query: coarser candidates there.
+        context_cands = candidates(MAX_TOKENS, 64, 0.02)
+        batch_cands = candidates(MAX_BATCH, 64, 0.02)
+        tokens = refine_axis(ladder(MAX_TOKENS), tokens_cands, [aic.non_attention_ms])
+        decode_batch = refine_axis(
+            ladder(MAX_BATCH),
+            batch_cands,
+            [partial(lambda c, b: aic.decode_attention_ms(b, c), c) for c in DECODE_CONTEXT_PROBES],
+        )
+        decode_context = refine_axis(
+            ladder(MAX_TOKENS),
+            context_cands,
+            [partial(aic.decode_attention_ms, b) for b in DECODE_BATCH_PROBES],
+        )
+        chunk = {"max_points": MAX_CHUNK_AXIS_POINTS}
+        chunk_batch = refine_axis(
+            ladder(MAX_CHUNK_BATCH),
+            list(range(1, MAX_CHUNK_BATCH + 1)),
+            [
+                partial(lambda n, p, b: aic.context_attention_ms(b, n, p), n, p)
+                for n, p in CHUNK_BATCH_PROBES
+            ],
+            **chunk,
+        )
+        chunk_tokens = refine_axis(
+            ladder(MAX_TOKENS),
+            tokens_cands,
+            [
+                partial(lambda b, p, n: aic.context_attention_ms(b, n, p), b, p)
+                for b, p in CHUNK_TOKEN_PROBES
+            ],
+            **chunk,
+        )
+        chunk_prefix = refine_axis(
+            [0, *ladder(MAX_TOKENS)],
+            [0, *tokens_cands],
+            [partial(aic.context_attention_ms, b, n) for b, n in CHUNK_PREFIX_PROBES],
+            **chunk,
+        )
+        tables = OpTables(
+            tokens=tokens,
+            non_attention_ms=[aic.non_attention_ms(t) for t in tokens],
+            chunk_batch=chunk_batch,
+            chunk_tokens=chunk_tokens,
+            chunk_prefix=chunk_prefix,
+            context_attention_ms=[
+                [[aic.context_attention_ms(b, n, p) for p in chunk_prefix] for n in chunk_tokens]
+                for b in chunk_batch
+            ],
+            decode_batch=decode_batch,
+            decode_context=decode_context,
+            decode_attention_ms=[
+                [aic.decode_attention_ms(b, c) for c in decode_context] for b in decode_batch
+            ],
+        )
+    if aic.tiers:
+        warnings.warn(
+            f"AIConfigurator priced part of the {target.model_name} / {target.system} grid from "
+            f"data other than silicon measurements: {aic.tiers} queries by tier",
+            stacklevel=2,
+        )
+    return tables, aic.tiers
+
+
+def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[str, int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = json.dumps({"key": json.loads(target.key()), "provenance": provenance}, sort_keys=True)
+    meta = json.dumps({"key": json.loads(target.key()), "tiers": tiers}, sort_keys=True)
+    arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in TABLE_FIELDS}
     # Written beside, then renamed: a concurrent run never reads a half-written file.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write_timing_table(tmp, table, {"aic_meta": np.array(meta)})
+        write_npz(tmp, {**arrays, "aic_meta": np.array(meta)})
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _read_cache(path: Path, target: AicTarget) -> TableTiming | None:
+def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
     """The cached tables of ``target``, or None when absent or unusable (then rebuilt)."""
     if not path.exists():
         return None
@@ -302,36 +383,43 @@ def _read_cache(path: Path, target: AicTarget) -> TableTiming | None:
             meta = json.loads(str(npz["aic_meta"]))
             if meta.get("key") != json.loads(target.key()):
                 return None
-            return TableTiming(**{name: npz[name] for name in TABLE_ARRAYS})
+            return OpTables(**{name: npz[name] for name in TABLE_FIELDS})
     except (OSError, ValueError, KeyError, ConfigError) as e:
         warnings.warn(f"{path}: ignoring an unreadable cached AIC table ({e})", stacklevel=3)
         return None
 
 
-def aic_sections_to_tables(config: dict[str, Any], *, cache_dir: Path | None = None) -> dict:
+def aic_sections_to_tables(
+    config: dict[str, Any], *, cache_dir: Path | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """A copy of a configuration dict (``SimConfig.model_dump()``) whose ``aic`` timing sections
-    (``timing``, ``prefill.timing``, ``decode.timing``) are replaced by their ``table`` timing,
-    the only form the core replays. Raises what :func:`aic_table_timing` raises."""
+    (``timing``, ``prefill.timing``, ``decode.timing``) are replaced by their ``op_tables``
+    timing, the only form the core replays, and the provenance of each replaced section by its
+    dotted path. Raises what :func:`aic_table_timing` raises."""
     out = dict(config)
-    holders = [out]
+    holders = {"timing": out}
     for role in ("prefill", "decode"):
         if isinstance(out.get(role), dict):
             out[role] = dict(out[role])
-            holders.append(out[role])
-    for holder in holders:
+            holders[f"{role}.timing"] = out[role]
+    priced = {}
+    for path, holder in holders.items():
         timing = holder.get("timing")
         if isinstance(timing, dict) and timing.get("model") == "aic":
-            spec = AicTiming(**timing)
-            holder["timing"] = aic_table_timing(spec, cache_dir=cache_dir).model_dump()
-    return out
+            tables, priced[path] = aic_table_timing(AicTiming(**timing), cache_dir=cache_dir)
+            holder["timing"] = tables.model_dump()
+    return out, priced
 
 
 __all__ = [
+    "TABLE_FIELDS",
     "aic_sections_to_tables",
     "aic_table_timing",
     "build_tables",
+    "candidates",
     "default_cache_dir",
     "ladder",
+    "provenance",
     "refine_axis",
     "table_cache_path",
 ]

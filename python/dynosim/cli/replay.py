@@ -10,7 +10,7 @@ from typing import Any
 
 from dynosim.cli.common import UsageError
 from dynosim.cli.summary import render_summary
-from dynosim.config import SimConfig, load_config, load_timing_table
+from dynosim.config import AicTiming, SimConfig, load_config, load_timing_table
 from dynosim.replay import replay
 from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
 
@@ -57,15 +57,29 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--concurrency", type=int, help="closed loop: at most N sessions in flight")
     m = r.add_argument_group(
         "model and GPUs (AIConfigurator names; pip install 'dynosim[aic]')",
-        "With --model and --system, num_gpu_blocks is estimated from the GPU memory, the "
-        "weights and the KV bytes per token unless --num-gpu-blocks is given.",
+        "With --model and --system, num_gpu_blocks per rank is derived as vLLM sizes its "
+        "cache (GPU memory x --gpu-memory-utilization, less weights, the activation peak of a "
+        "max-num-batched-tokens pass, runtime and communication buffers, from AIC's memory "
+        "model; weights only for a config.json) unless --num-gpu-blocks is given.",
     )
     m.add_argument("--model", help="AIC model (e.g. Qwen/Qwen3-32B) or a Hugging Face config.json")
     m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
-    m.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], help="--timing aic: engine")
-    m.add_argument("--backend-version", help="--timing aic: version (default: AIC's current)")
+    m.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], help="serving engine")
+    m.add_argument(
+        "--backend-version",
+        help="the engine's version (default: AIC's current); each operation is priced with its "
+        "measurements where AIC has them, else the closest version's",
+    )
     m.add_argument("--tp", type=int, help="tensor-parallel GPUs per rank")
-    m.add_argument("--dp", type=int, help="data-parallel ranks per worker")
+    m.add_argument("--dp", type=int, help="data-parallel ranks per worker (attention DP for MoE)")
+    m.add_argument(
+        "--ep", type=int, help="expert-parallel GPUs (MoE models): the tp x dp GPUs split experts"
+    )
+    m.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="share of GPU memory for weights, activations and KV (default 0.9, vLLM's)",
+    )
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
     d.add_argument("--prefill-workers", type=int, help="prefill workers")
     d.add_argument("--decode-workers", type=int, help="decode workers")
@@ -90,7 +104,8 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
+def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
+    """The configuration the flags describe, and how derived settings were derived."""
     data: dict[str, Any] = load_config(args.config).model_dump()
     for flag, section, key in (
         ("workers", "cluster", "num_workers"),
@@ -121,35 +136,86 @@ def _config(args: argparse.Namespace) -> SimConfig:
             data[section][key] = value
     if args.prefill_workers is not None or args.decode_workers is not None:
         data["cluster"]["mode"] = "disaggregated"
-    data["timing"] = _timing(args, data["timing"], data["engine"]["tensor_parallel_size"])
-    if args.num_gpu_blocks is None and args.model is not None and args.system is not None:
-        from dynosim.capacity import estimate_kv_capacity
+    data["timing"] = _timing(args, data["timing"], data["engine"])
+    provenance: dict[str, Any] = {}
+    sized = args.model is not None and args.system is not None
+    if args.num_gpu_blocks is None and sized:
+        capacity = _capacity(args, data)
+        data["engine"]["num_gpu_blocks"] = capacity.num_gpu_blocks
+        provenance["kv_capacity"] = capacity.to_dict()
+    elif args.gpu_memory_utilization is not None:
+        raise UsageError(
+            "--gpu-memory-utilization sizes the KV cache from --model and --system; "
+            + ("it has no effect with --num-gpu-blocks" if sized else "give both")
+        )
+    if args.ep is not None and data["timing"]["model"] != "aic" and not sized:
+        raise UsageError("--ep applies to --timing aic, or to sizing the KV cache of --model")
+    return SimConfig.model_validate(data), provenance
 
-        data["engine"]["num_gpu_blocks"] = estimate_kv_capacity(
+
+def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
+    """The KV capacity of one rank of --model on --system with the engine's layout."""
+    from dynosim.capacity import aic_kv_capacity, estimate_kv_capacity, is_model_file
+
+    engine = data["engine"]
+    fraction = 0.9 if args.gpu_memory_utilization is None else args.gpu_memory_utilization
+    if is_model_file(args.model):
+        return estimate_kv_capacity(
             args.model,
             args.system,
-            tp=data["engine"]["tensor_parallel_size"],
-            block_size=data["engine"]["block_size"],
+            tp=engine["tensor_parallel_size"],
+            memory_fraction=fraction,
+            block_size=engine["block_size"],
             backend=args.backend or "trtllm",
-        ).num_gpu_blocks
-    return SimConfig.model_validate(data)
+        )
+    timing = data["timing"]
+    spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
+    return aic_kv_capacity(
+        AicTiming(**spec),
+        block_size=engine["block_size"],
+        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        max_num_seqs=engine["max_num_seqs"],
+        gpu_memory_utilization=fraction,
+    )
 
 
-def _timing(args: argparse.Namespace, current: dict[str, Any], tp: int) -> dict[str, Any]:
+def _aic_spec(args: argparse.Namespace, engine: dict[str, Any]) -> dict[str, Any]:
+    """The aic timing section of --model, --system, --backend, --backend-version and the
+    engine's layout (--ep for the experts)."""
+    spec: dict[str, Any] = {"model": "aic", "model_name": args.model, "system": args.system}
+    if args.backend is not None:
+        spec["backend"] = args.backend
+    if args.backend_version is not None:
+        spec["backend_version"] = args.backend_version
+    spec["tp"] = engine["tensor_parallel_size"]
+    spec["dp"] = engine["data_parallel_size"]
+    if args.ep is not None:
+        spec["ep"] = args.ep
+    return spec
+
+
+def _timing(
+    args: argparse.Namespace, current: dict[str, Any], engine: dict[str, Any]
+) -> dict[str, Any]:
     """The timing section after the --timing flags, checking they belong together."""
     model = args.timing or current["model"]
-    if model != "aic" and (args.backend is not None or args.backend_version is not None):
-        raise UsageError("--backend and --backend-version apply to --timing aic only")
+    sizing = args.model is not None and args.system is not None
+    if model != "aic" and not sizing and (args.backend or args.backend_version):
+        raise UsageError(
+            "--backend and --backend-version apply to --timing aic, or to sizing the KV cache "
+            "with --model and --system"
+        )
     if model == "aic":
         spec = dict(current) if current["model"] == "aic" else {"model": "aic"}
         flags = {"model": "model_name", "system": "system", "backend": "backend"}
-        for flag, key in {**flags, "backend_version": "backend_version"}.items():
+        for flag, key in {**flags, "backend_version": "backend_version", "ep": "ep"}.items():
             if getattr(args, flag) is not None:
                 spec[key] = getattr(args, flag)
         missing = [f"--{f}" for f, key in flags.items() if f != "backend" and key not in spec]
         if missing:
             raise UsageError(f"--timing aic needs {' and '.join(missing)}")
-        return {**spec, "tp": tp}  # the tables are for the engine's TP
+        # The tables are for the engine's layout.
+        return {**spec, "tp": engine["tensor_parallel_size"], "dp": engine["data_parallel_size"]}
     if model != "fixed" and (args.prefill_ms is not None or args.decode_ms is not None):
         raise UsageError("--prefill-ms and --decode-ms apply to --timing fixed only")
     if model != "table" and args.timing_table is not None:
@@ -193,9 +259,9 @@ def _workload(args: argparse.Namespace) -> tuple[TraceWorkload | SyntheticWorklo
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    config = _config(args)
+    config, provenance = _config(args)
     workload, source = _workload(args)
-    report = replay(workload, config, progress=not args.no_progress)
+    report = replay(workload, config, progress=not args.no_progress, provenance=provenance)
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))

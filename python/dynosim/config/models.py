@@ -21,7 +21,7 @@ _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
 
 #: The ``model`` tags of the timing sections (left out of error paths).
-TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "aic"})
+TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "op_tables", "aic"})
 
 
 class _Settings(StrictModel):
@@ -123,6 +123,10 @@ class FixedTiming(_Settings):
     decode_ms: float = Field(description="Cost of a pass that decodes anything (ms).")
 
 
+def _as_lists(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
 #: The arrays a timing-table .npz file holds, named like TableTiming's fields.
 TABLE_ARRAYS = (
     "prefill_tokens",
@@ -153,7 +157,54 @@ class TableTiming(_Settings):
     @field_validator(*TABLE_ARRAYS, mode="before")
     @classmethod
     def _arrays_to_lists(cls, value: Any) -> Any:
-        return value.tolist() if isinstance(value, np.ndarray) else value
+        return _as_lists(value)
+
+
+class OpTables(_Settings):
+    """Step times assembled from operator groups, as AIConfigurator prices a pass that mixes
+    prefill chunks and decodes (what an ``aic`` section becomes): every operator but attention
+    over all the tokens of the pass, plus the attention of the prefill chunks over the context
+    each follows, plus the attention of the decodes. Interpolated multilinearly, extrapolated
+    linearly; numpy arrays are accepted."""
+
+    model: Literal["op_tables"] = "op_tables"
+    tokens: list[float] = Field(
+        description="Axis: tokens a pass computes (chunk tokens plus one per decode)."
+    )
+    non_attention_ms: list[float] = Field(
+        description="Every operator but attention over that many tokens (ms)."
+    )
+    chunk_batch: list[float] = Field(description="Axis: prefill chunks in the pass.")
+    chunk_tokens: list[float] = Field(description="Axis: mean new tokens per chunk.")
+    chunk_prefix: list[float] = Field(
+        description="Axis: mean earlier tokens per chunk (cached prefix or earlier chunks)."
+    )
+    context_attention_ms: list[list[list[float]]] = Field(
+        description="Prefill attention of that many equal chunks (ms), [batch][tokens][prefix]."
+    )
+    decode_batch: list[float] = Field(description="Axis: requests decoding in the pass.")
+    decode_context: list[float] = Field(
+        description="Axis: mean context per decoding request (this step's token included)."
+    )
+    decode_attention_ms: list[list[float]] = Field(
+        description="Decode attention (ms), [batch][context]."
+    )
+
+    @field_validator(
+        "tokens",
+        "non_attention_ms",
+        "chunk_batch",
+        "chunk_tokens",
+        "chunk_prefix",
+        "context_attention_ms",
+        "decode_batch",
+        "decode_context",
+        "decode_attention_ms",
+        mode="before",
+    )
+    @classmethod
+    def _arrays_to_lists(cls, value: Any) -> Any:
+        return _as_lists(value)
 
 
 class AicTiming(_Settings):
@@ -177,10 +228,21 @@ class AicTiming(_Settings):
         description="Tensor-parallel GPUs of one rank: the tensor_parallel_size of the engine "
         "this section times.",
     )
+    dp: int = Field(
+        _AIC_DEFAULTS["dp"],
+        description="Data-parallel ranks of one worker: the data_parallel_size of the engine "
+        "this section times (attention-DP ranks sharing the experts of a MoE model).",
+    )
+    ep: int = Field(
+        _AIC_DEFAULTS["ep"],
+        description="Expert-parallel GPUs (mixture-of-experts models only): the tp x dp GPUs "
+        "of a worker split the experts ep ways.",
+    )
 
 
 TimingConfig = Annotated[
-    PolynomialTiming | FixedTiming | TableTiming | AicTiming, Field(discriminator="model")
+    PolynomialTiming | FixedTiming | TableTiming | OpTables | AicTiming,
+    Field(discriminator="model"),
 ]
 
 
@@ -326,6 +388,7 @@ __all__ = [
     "KvShape",
     "KvTransferConfig",
     "OffloadConfig",
+    "OpTables",
     "PolynomialTiming",
     "ReportConfig",
     "RoleConfig",

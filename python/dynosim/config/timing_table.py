@@ -30,22 +30,21 @@ def load_timing_table(path: str | Path) -> TableTiming:
         raise ConfigError(f"{path}: {e}") from None
 
 
-def write_timing_table(
-    path: Path, table: TableTiming, extra: dict[str, np.ndarray] | None = None
-) -> None:
-    """Write ``table`` (and the ``extra`` arrays) to the .npz file ``path``."""
-    arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in TABLE_ARRAYS}
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to the compressed .npz file ``path`` (exactly that name)."""
     # Through a file object: np.savez would append ".npz" to a path lacking it.
     with open(path, "wb") as f:
-        np.savez_compressed(f, **arrays, **(extra or {}))
+        np.savez_compressed(f, **arrays)
 
 
 def save_timing_table(table: TableTiming, path: str | Path) -> Path:
     """Write ``table`` to an .npz file holding one float64 array per field (``TABLE_ARRAYS``),
     the format :func:`load_timing_table` reads. Returns the path."""
     path = Path(path)
-    write_timing_table(path, table)
+    write_npz(
+        path, {name: np.asarray(getattr(table, name), dtype=np.float64) for name in TABLE_ARRAYS}
+    )
     return path
 
 
-__all__ = ["load_timing_table", "save_timing_table", "write_timing_table"]
+__all__ = ["load_timing_table", "save_timing_table", "write_npz"]

@@ -516,8 +516,9 @@ impl Scheduler {
         for &id in &self.in_pass {
             let seq = &self.seqs[id as usize];
             if seq.prefilling {
-                shape.prefill_tokens += u64::from(seq.pass_tokens);
-                shape.prefill_requests += 1;
+                // The chunk attends over what the prompt already holds: a cached prefix and
+                // its earlier chunks.
+                shape.add_chunk(seq.pass_tokens, seq.computed - seq.pass_tokens);
             } else {
                 shape.decode_requests += 1;
                 shape.decode_kv_tokens += u64::from(seq.computed);

@@ -19,7 +19,9 @@ pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, Transfer
 pub use offload::OffloadConfig;
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
-pub use timing::{AicTiming, Backend, FixedTiming, PolynomialTiming, TableTiming, TimingConfig};
+pub use timing::{
+    AicTiming, Backend, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig,
+};
 
 /// Settings of one role in disaggregated mode; each one given replaces the shared `engine` or
 /// `timing` section as a whole for that role.
@@ -123,7 +125,7 @@ impl SimConfig {
         Ok(())
     }
 
-    /// AIC's tables are for one TP size: an `aic` timing section must have the TP of the
+    /// AIC's tables are for one layout: an `aic` timing section must have the TP and DP of the
     /// engine it times, in every role that runs it.
     fn validate_aic_layouts(&self) -> Result<()> {
         for (role, _) in self.roles() {
@@ -131,16 +133,30 @@ impl SimConfig {
             let TimingConfig::Aic(aic) = timing else {
                 continue;
             };
-            if aic.tp != engine.tensor_parallel_size {
-                let (engine_path, timing_path) = self.role_paths(role);
-                return Err(SimError::config(
-                    &format!("{timing_path}.tp"),
-                    format!(
-                        "{} differs from {engine_path}.tensor_parallel_size={}; AIC's tables \
-                         are for one TP size, set both to the same value",
-                        aic.tp, engine.tensor_parallel_size
-                    ),
-                ));
+            let (engine_path, timing_path) = self.role_paths(role);
+            for (name, ours, engine_name, theirs) in [
+                (
+                    "tp",
+                    aic.tp,
+                    "tensor_parallel_size",
+                    engine.tensor_parallel_size,
+                ),
+                (
+                    "dp",
+                    aic.dp,
+                    "data_parallel_size",
+                    engine.data_parallel_size,
+                ),
+            ] {
+                if ours != theirs {
+                    return Err(SimError::config(
+                        &format!("{timing_path}.{name}"),
+                        format!(
+                            "{ours} differs from {engine_path}.{engine_name}={theirs}; AIC's \
+                             tables are for one layout, set both to the same value"
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -230,7 +246,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "timing.tp: 2 differs from engine.tensor_parallel_size=1; AIC's tables are for one \
-             TP size, set both to the same value"
+             layout, set both to the same value"
         );
         // A role's own engine is the one its (shared) timing times.
         let disagg = format!(

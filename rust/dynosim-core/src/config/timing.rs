@@ -54,6 +54,32 @@ pub struct TableTiming {
     pub decode_ms: Vec<Vec<f64>>,
 }
 
+/// Step times assembled from operator groups, as AIConfigurator prices a pass that mixes prefill
+/// chunks and decodes: every operator but attention over all the tokens of the pass, the
+/// attention of the prefill chunks (over the context each chunk follows), and the attention of
+/// the decodes. Each table is interpolated multilinearly and extrapolated linearly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpTables {
+    /// Axis: tokens a pass computes (prefill chunk tokens plus one per decoding request).
+    pub tokens: Vec<f64>,
+    /// Every operator but attention (GEMMs, MoE, norms, communication) over `tokens` (ms).
+    pub non_attention_ms: Vec<f64>,
+    /// Axes of prefill attention: chunks in the pass, mean new tokens per chunk, and mean
+    /// earlier tokens per chunk (a cached prefix or earlier chunks of the same prompt).
+    pub chunk_batch: Vec<f64>,
+    pub chunk_tokens: Vec<f64>,
+    pub chunk_prefix: Vec<f64>,
+    /// Prefill attention of `chunk_batch` equal chunks (ms), `[batch][tokens][prefix]`.
+    pub context_attention_ms: Vec<Vec<Vec<f64>>>,
+    /// Axes of decode attention: requests decoding, and their mean context (this step's token
+    /// included).
+    pub decode_batch: Vec<f64>,
+    pub decode_context: Vec<f64>,
+    /// Decode attention (ms), `[batch][context]`.
+    pub decode_attention_ms: Vec<Vec<f64>>,
+}
+
 /// The serving engine whose measured kernels AIConfigurator prices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -79,8 +105,16 @@ pub struct AicTiming {
     #[serde(default)]
     pub backend_version: Option<String>,
     /// Tensor-parallel GPUs of one rank: must equal the timed engine's `tensor_parallel_size`.
-    #[serde(default = "AicTiming::default_tp")]
+    #[serde(default = "AicTiming::one")]
     pub tp: u32,
+    /// Data-parallel ranks of one worker: must equal the timed engine's `data_parallel_size`.
+    /// For a mixture-of-experts model they are attention-DP ranks sharing the expert layers.
+    #[serde(default = "AicTiming::one")]
+    pub dp: u32,
+    /// Expert-parallel GPUs (mixture-of-experts models): the worker's tp x dp GPUs split the
+    /// experts `ep` ways, each expert over tp x dp / ep GPUs.
+    #[serde(default = "AicTiming::one")]
+    pub ep: u32,
 }
 
 impl AicTiming {
@@ -88,7 +122,7 @@ impl AicTiming {
         Backend::Trtllm
     }
 
-    fn default_tp() -> u32 {
+    fn one() -> u32 {
         1
     }
 
@@ -97,7 +131,9 @@ impl AicTiming {
         serde_json::json!({
             "backend": Self::default_backend(),
             "backend_version": null,
-            "tp": Self::default_tp(),
+            "tp": Self::one(),
+            "dp": Self::one(),
+            "ep": Self::one(),
         })
     }
 }
@@ -109,6 +145,7 @@ pub enum TimingConfig {
     Polynomial(PolynomialTiming),
     Fixed(FixedTiming),
     Table(TableTiming),
+    OpTables(OpTables),
     Aic(AicTiming),
 }
 
@@ -118,81 +155,141 @@ impl Default for TimingConfig {
     }
 }
 
-impl TableTiming {
-    fn validate(&self, section: &str) -> Result<()> {
-        for (name, axis) in [
-            ("prefill_tokens", &self.prefill_tokens),
-            ("prefill_batch", &self.prefill_batch),
-            ("decode_batch", &self.decode_batch),
-            ("decode_context", &self.decode_context),
-        ] {
-            let field = format!("{section}.{name}");
-            if axis.is_empty() {
-                return Err(SimError::config(&field, "needs at least one point"));
-            }
-            for (i, &v) in axis.iter().enumerate() {
-                if !v.is_finite() || v < 0.0 {
-                    return Err(SimError::config(
-                        &format!("{field}[{i}]"),
-                        format!("must be finite and >= 0, got {v}"),
-                    ));
-                }
-                if i > 0 && v <= axis[i - 1] {
-                    return Err(SimError::config(
-                        &format!("{field}[{i}]"),
-                        format!(
-                            "axis must be strictly increasing, got {v} after {}",
-                            axis[i - 1]
-                        ),
-                    ));
-                }
-            }
+/// Check that each named axis is non-empty, finite, >= 0 and strictly increasing.
+fn validate_axes(section: &str, axes: &[(&str, &[f64])]) -> Result<()> {
+    for &(name, axis) in axes {
+        let field = format!("{section}.{name}");
+        if axis.is_empty() {
+            return Err(SimError::config(&field, "needs at least one point"));
         }
-        for (name, grid, rows, cols) in [
-            (
-                "prefill_ms",
-                &self.prefill_ms,
-                &self.prefill_tokens,
-                &self.prefill_batch,
-            ),
-            (
-                "decode_ms",
-                &self.decode_ms,
-                &self.decode_batch,
-                &self.decode_context,
-            ),
-        ] {
-            let field = format!("{section}.{name}");
-            if grid.len() != rows.len() {
+        for (i, &v) in axis.iter().enumerate() {
+            if !v.is_finite() || v < 0.0 {
                 return Err(SimError::config(
-                    &field,
+                    &format!("{field}[{i}]"),
+                    format!("must be finite and >= 0, got {v}"),
+                ));
+            }
+            if i > 0 && v <= axis[i - 1] {
+                return Err(SimError::config(
+                    &format!("{field}[{i}]"),
                     format!(
-                        "needs {} rows (one per axis point), got {}",
-                        rows.len(),
-                        grid.len()
+                        "axis must be strictly increasing, got {v} after {}",
+                        axis[i - 1]
                     ),
                 ));
             }
-            for (i, row) in grid.iter().enumerate() {
-                if row.len() != cols.len() {
-                    return Err(SimError::config(
-                        &format!("{field}[{i}]"),
-                        format!("needs {} values, got {}", cols.len(), row.len()),
-                    ));
-                }
-                if let Some((j, v)) = row
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
-                {
-                    return Err(SimError::config(
-                        &format!("{field}[{i}][{j}]"),
-                        format!("must be a finite latency >= 0 ms, got {v}"),
-                    ));
-                }
-            }
         }
-        Ok(())
+    }
+    Ok(())
+}
+
+/// Check that `values` (at dotted path `field`) has `len` entries, each a finite latency >= 0.
+fn validate_latencies(field: &str, values: &[f64], len: usize) -> Result<()> {
+    if values.len() != len {
+        return Err(SimError::config(
+            field,
+            format!(
+                "needs {len} values (one per axis point), got {}",
+                values.len()
+            ),
+        ));
+    }
+    match values
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+    {
+        Some((j, v)) => Err(SimError::config(
+            &format!("{field}[{j}]"),
+            format!("must be a finite latency >= 0 ms, got {v}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Check a grid of rows `[i][j]` over axes of `rows` and `cols` points.
+fn validate_grid(field: &str, grid: &[Vec<f64>], rows: usize, cols: usize) -> Result<()> {
+    if grid.len() != rows {
+        return Err(SimError::config(
+            field,
+            format!("needs {rows} rows (one per axis point), got {}", grid.len()),
+        ));
+    }
+    for (i, row) in grid.iter().enumerate() {
+        validate_latencies(&format!("{field}[{i}]"), row, cols)?;
+    }
+    Ok(())
+}
+
+impl TableTiming {
+    fn validate(&self, section: &str) -> Result<()> {
+        validate_axes(
+            section,
+            &[
+                ("prefill_tokens", &self.prefill_tokens),
+                ("prefill_batch", &self.prefill_batch),
+                ("decode_batch", &self.decode_batch),
+                ("decode_context", &self.decode_context),
+            ],
+        )?;
+        validate_grid(
+            &format!("{section}.prefill_ms"),
+            &self.prefill_ms,
+            self.prefill_tokens.len(),
+            self.prefill_batch.len(),
+        )?;
+        validate_grid(
+            &format!("{section}.decode_ms"),
+            &self.decode_ms,
+            self.decode_batch.len(),
+            self.decode_context.len(),
+        )
+    }
+}
+
+impl OpTables {
+    fn validate(&self, section: &str) -> Result<()> {
+        validate_axes(
+            section,
+            &[
+                ("tokens", &self.tokens),
+                ("chunk_batch", &self.chunk_batch),
+                ("chunk_tokens", &self.chunk_tokens),
+                ("chunk_prefix", &self.chunk_prefix),
+                ("decode_batch", &self.decode_batch),
+                ("decode_context", &self.decode_context),
+            ],
+        )?;
+        validate_latencies(
+            &format!("{section}.non_attention_ms"),
+            &self.non_attention_ms,
+            self.tokens.len(),
+        )?;
+        let field = format!("{section}.context_attention_ms");
+        if self.context_attention_ms.len() != self.chunk_batch.len() {
+            return Err(SimError::config(
+                &field,
+                format!(
+                    "needs {} planes (one per chunk_batch point), got {}",
+                    self.chunk_batch.len(),
+                    self.context_attention_ms.len()
+                ),
+            ));
+        }
+        for (i, plane) in self.context_attention_ms.iter().enumerate() {
+            validate_grid(
+                &format!("{field}[{i}]"),
+                plane,
+                self.chunk_tokens.len(),
+                self.chunk_prefix.len(),
+            )?;
+        }
+        validate_grid(
+            &format!("{section}.decode_attention_ms"),
+            &self.decode_attention_ms,
+            self.decode_batch.len(),
+            self.decode_context.len(),
+        )
     }
 }
 
@@ -206,7 +303,21 @@ impl AicTiming {
                 ));
             }
         }
-        at_least_one(&format!("{section}.tp"), self.tp)
+        for (name, value) in [("tp", self.tp), ("dp", self.dp), ("ep", self.ep)] {
+            at_least_one(&format!("{section}.{name}"), value)?;
+        }
+        let gpus = u64::from(self.tp) * u64::from(self.dp);
+        if gpus % u64::from(self.ep) != 0 {
+            return Err(SimError::config(
+                &format!("{section}.ep"),
+                format!(
+                    "must divide the worker's tp x dp = {gpus} GPUs (each expert spans \
+                     tp x dp / ep of them), got {}",
+                    self.ep
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -225,6 +336,7 @@ pub(super) fn validate_timing(section: &str, t: &TimingConfig) -> Result<()> {
             positive(&format!("{section}.decode_ms"), f.decode_ms)
         }
         TimingConfig::Table(t) => t.validate(section),
+        TimingConfig::OpTables(t) => t.validate(section),
         TimingConfig::Aic(a) => a.validate(section),
     }
 }

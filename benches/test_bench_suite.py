@@ -117,6 +117,28 @@ def test_table_timing(benchmark, conversation, mode):
     benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
 
 
+@pytest.fixture(scope="session")
+def aic_timing(tmp_path_factory) -> dict:
+    """Qwen3-32B on h200_sxm with trtllm at TP1, AIC's operator tables (built once)."""
+    pytest.importorskip("aiconfigurator_core")
+    from dynosim.aic import aic_table_timing
+    from dynosim.config import AicTiming
+
+    spec = AicTiming(model_name="Qwen/Qwen3-32B", system="h200_sxm", backend="trtllm")
+    tables, _ = aic_table_timing(spec, cache_dir=tmp_path_factory.mktemp("aic"))
+    return tables.model_dump()
+
+
+def test_aic_operator_tables(benchmark, conversation, aic_timing):
+    # Passes priced from AIC's operator tables: a lookup per operator group, and per pass
+    # with prefill chunks the chunks' attention work.
+    config = {"cluster": {"num_workers": 4}, "engine": {"block_size": 64}, "timing": aic_timing}
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
+
+
 _TIERS = {
     "g2": {"g2_blocks": 8192},
     "g2+g3": {"g2_blocks": 8192, "g3_blocks": 32768},

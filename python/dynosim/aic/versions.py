@@ -102,7 +102,8 @@ def resolve_version(system: str, backend: str, requested: str | None) -> str:
     if version is None or version not in known:
         aliases = ", ".join(f"{k}={v}" for k, v in slots.items() if v)
         raise ConfigError(
-            f"AIC has no {backend} version {requested!r} for system {system!r}; versions with "
+            f"timing.backend_version (--backend-version): AIC has no {backend} version "
+            f"{requested!r} for system {system!r}; versions with "
             f"measurements: {', '.join(known) or 'none'}"
             + (f" (aliases: {aliases})" if aliases else "")
         )

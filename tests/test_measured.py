@@ -1,5 +1,5 @@
 """Comparing with a measured run: the AIPerf and ``vllm bench serve`` readers, the comparison
-table.
+table, and ``dynosim replay MEASURED --measured``.
 
 Fixtures in tests/data/measured/: ``aiperf_2025_example.jsonl`` holds three records copied
 verbatim from AIPerf's own example export (old field names; see README.md there),
@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dynosim
+from dynosim.cli import EXIT_BAD_INPUT, main
 from dynosim.compare import MeasuredComparison, compare_measured, measured_summary
 from dynosim.errors import WorkloadError
 from dynosim.workload.measured import detect_format, load_measured, vllm_schedule_s
@@ -29,6 +30,7 @@ AIPERF = DATA / "aiperf_hand_made.jsonl"
 VLLM = DATA / "vllm_bench_hand_made.json"
 #: A deployment whose passes are hand-checkable: 10 ms with any prefill, 2 ms decode only;
 #: a pass that prefills and decodes costs 10 + 2 ms.
+FIXED = ["--timing", "fixed", "--prefill-ms", "10", "--decode-ms", "2", "--workers", "1"]
 FIXED_CONFIG = {
     "timing": {"model": "fixed", "prefill_ms": 10, "decode_ms": 2},
     "cluster": {"num_workers": 1},
@@ -499,3 +501,77 @@ def test_compare_notes_sped_up_arrivals():
     run = load_measured(VLLM)
     report = dynosim.replay(run.columns, {**FIXED_CONFIG, "cluster": {"arrival_speedup_ratio": 2}})
     assert any("divided every arrival gap by 2" in n for n in report.compare_measured(run).notes)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_cli_vllm_bench_side_by_side(capsys):
+    assert main(["replay", str(VLLM), "--measured", "--no-progress", *FIXED]) == 0
+    out = capsys.readouterr().out
+    assert "simulated vs measured (vllm-bench" in out
+    assert "4 records, 3 replayed; not replayed: 1 failed" in out
+    lines = out.splitlines()
+    ttft = next(line for line in lines if "TTFT (ms)" in line and "mean" in line)
+    assert "10.00" in ttft and "63.33" in ttft and "-84.2" in ttft
+    rps = next(line for line in lines if "requests/s" in line)
+    assert "2.96" in rps and "2.80" in rps and "+5.7" in rps
+
+
+def test_cli_aiperf_side_by_side(capsys):
+    argv = ["replay", str(AIPERF), "--measured", "--format", "aiperf", "--no-progress", *FIXED]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "6 records, 3 replayed; not replayed: 1 warmup, 1 cancelled, 1 failed" in out
+    assert "note: 1 warmup records skipped" in out
+    # Arrivals 0, 10, 20 ms. Passes: [0, 10] prefills a; [10, 22] prefills c and decodes a
+    # (10 + 2 ms); [22, 34] prefills b and decodes a; [34, 36] and [36, 38] decode a and b.
+    # TTFT a 10, c 12, b 14: mean 12 against the measured 53.33 (-77.5 %).
+    ttft = next(line for line in out.splitlines() if "TTFT (ms)" in line and "mean" in line)
+    assert "12.00" in ttft and "53.33" in ttft and "-77.5" in ttft
+
+
+def test_cli_measured_json_is_the_report(capsys):
+    assert main(["replay", str(VLLM), "--measured", *FIXED, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    expected = dynosim.replay(load_measured(VLLM).columns, FIXED_CONFIG)
+    assert captured.out.strip() == expected.to_json()
+    assert "simulated vs measured" in captured.err  # the tables move to stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--format", "aiperf"], "--format aiperf reads a measured run: add --measured"),
+        (["--measured", "--format", "azure"],
+         "--measured reads aiperf or vllm-bench (--format), not the trace format azure"),
+        (["--measured", "--synthetic", "--rate", "2"], "--synthetic, --rate do not apply"),
+    ],
+)  # fmt: skip
+def test_cli_measured_flags_that_do_not_go_together(capsys, argv, message):
+    assert main(["replay", str(AIPERF), *argv]) == EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+def test_cli_measured_needs_the_file(capsys):
+    assert main(["replay", "--measured"]) == EXIT_BAD_INPUT
+    assert "--measured needs the measured file" in capsys.readouterr().err
+
+
+def test_cli_measured_file_of_the_wrong_shape_exits_2(tmp_path, capsys):
+    records = aiperf_records()
+    del records[4]["metrics"]["request_latency"]
+    bad = write_lines(tmp_path / "bad.jsonl", records)
+    assert main(["replay", str(bad), "--measured"]) == EXIT_BAD_INPUT
+    assert f"{bad}:5: field 'metrics.request_latency': missing" in capsys.readouterr().err
+    uneven = write_json(tmp_path / "uneven.json", vllm_result(ttfts=[0.1]))
+    assert main(["replay", str(uneven), "--measured"]) == EXIT_BAD_INPUT
+    assert f"{uneven}: field 'ttfts': 1 entries" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["replay", str(empty), "--measured"]) == EXIT_BAD_INPUT
+    assert f"{empty}: no records: the file is empty" in capsys.readouterr().err
+    csv = tmp_path / "t.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,5\n")
+    assert main(["replay", str(csv), "--measured"]) == EXIT_BAD_INPUT
+    assert f"{csv}: cannot tell the measured format" in capsys.readouterr().err

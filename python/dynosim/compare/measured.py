@@ -36,7 +36,7 @@ SCALARS = ("completed_requests", "request_throughput_rps", "output_token_through
 _PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
 
-class Replayed(Protocol):
+class Simulated(Protocol):
     """What is read from a replay: a :class:`dynosim.Report` has it."""
 
     summary: dict[str, Any]
@@ -125,7 +125,7 @@ def measured_summary(measured: MeasuredRun) -> dict[str, Any]:
     }
 
 
-def _check_same_requests(report: Replayed, measured: MeasuredRun) -> None:
+def _check_same_requests(report: Simulated, measured: MeasuredRun) -> None:
     cols = measured.columns
     requests = report.requests
     if not (
@@ -140,7 +140,7 @@ def _check_same_requests(report: Replayed, measured: MeasuredRun) -> None:
         )
 
 
-def compare_measured(report: Replayed, measured: MeasuredRun) -> MeasuredComparison:
+def compare_measured(report: Simulated, measured: MeasuredRun) -> MeasuredComparison:
     """``report`` (a replay of ``measured.columns``) next to what ``measured`` measured: a
     row per metric and statistic with both values and the error in %. Raises WorkloadError
     when the report replayed other requests."""

@@ -47,9 +47,11 @@ from dynosim.links import max_min_rates
 from dynosim.replay import replay
 from dynosim.report import REJECT_REASONS, Report
 from dynosim.workload import (
+    MeasuredRun,
     SyntheticWorkload,
     TraceColumns,
     TraceWorkload,
+    load_measured,
     load_trace,
     sample_trace_path,
 )
@@ -115,6 +117,7 @@ __all__ = [
     "KvTransferConfig",
     "LoweredWorkload",
     "ManifestError",
+    "MeasuredRun",
     "MissingExtraError",
     "OffloadConfig",
     "PolynomialTiming",
@@ -135,6 +138,7 @@ __all__ = [
     "WorkloadError",
     "load_candidate",
     "load_config",
+    "load_measured",
     "load_timing_table",
     "load_trace",
     "lower_workload",

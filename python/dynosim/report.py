@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import math
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dynosim import _core
+
+if TYPE_CHECKING:
+    from dynosim.compare.measured import MeasuredComparison
+    from dynosim.workload.measured import MeasuredRun
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.
 REJECT_REASONS: tuple[str, ...] = tuple(_core.reject_reason_names())
@@ -108,6 +112,16 @@ class Report:
         if metric not in _LATENCIES:
             raise KeyError(f"unknown latency metric {metric!r}; choose one of {_LATENCIES}")
         return self.summary[metric]
+
+    def compare_measured(self, measured: MeasuredRun) -> MeasuredComparison:
+        """This replay of ``measured.columns`` side by side with what the real benchmark
+        ``measured`` (``dynosim.load_measured``) measured: mean, p50, p90 and p99 of TTFT,
+        TPOT, ITL and E2E (ms), completed requests, requests/s and output tokens/s, with the
+        error in %. See :mod:`dynosim.compare.measured` for which metric is compared with
+        which."""
+        from dynosim.compare.measured import compare_measured
+
+        return compare_measured(self, measured)
 
     def __repr__(self) -> str:
         s = self.summary

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dynosim.cli import measured
 from dynosim.cli.common import UsageError
 from dynosim.cli.summary import render_summary
 from dynosim.config import AicTiming, SimConfig, load_config, load_timing_table
 from dynosim.replay import replay
 from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
+from dynosim.workload.measured import MEASURED_FORMATS
 
 
 def add_parser(sub: Any) -> None:
@@ -33,8 +35,12 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
     r.add_argument(
-        "--format", choices=["mooncake", "azure"], help="trace format (default: by extension)"
+        "--format",
+        choices=["mooncake", "azure", *MEASURED_FORMATS],
+        help="trace format (default: by extension); with --measured, the measured run's "
+        "(default: by content)",
     )
+    measured.add_arguments(r)
     r.add_argument("--trace-block-size", type=int, default=512, help="tokens per trace hash id")
     r.add_argument("--config", type=Path, help="YAML or JSON configuration file")
     r.add_argument("--workers", type=int, help="number of aggregated workers")
@@ -260,11 +266,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     config, provenance = _config(args)
-    workload, source = _workload(args)
+    real = measured.measured_run(args)  # None without --measured
+    workload, source = (real[0].columns, real[1]) if real else _workload(args)
     report = replay(workload, config, progress=not args.no_progress, provenance=provenance)
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))
+    if real:
+        console.print(measured.render_comparison(report.compare_measured(real[0])))
     if args.json == "-":
         sys.stdout.write(report.to_json() + "\n")
     elif args.json:

@@ -23,15 +23,19 @@ def unreadable(path: Path, exc: OSError) -> WorkloadError:
     return WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}")
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark dropped, CRLF read as one break)."""
+def read_text(path: Path) -> str:
+    """The text of a UTF-8 file (a byte-order mark dropped)."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        return path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise unreadable(path, exc) from exc
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
-    return text.split("\n")
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark dropped, CRLF read as one break)."""
+    return read_text(path).split("\n")
 
 
 def token_count(where: str, key: str, value: Any) -> int:
@@ -96,6 +100,7 @@ __all__ = [
     "csr_take",
     "naming_lines",
     "read_lines",
+    "read_text",
     "token_count",
     "unreadable",
 ]

@@ -170,6 +170,16 @@ impl KvCache {
         self.evictions
     }
 
+    /// Blocks held by name (slots with a reference) and the sum of their references: what the
+    /// holders' slot lists add up to (the scheduler's debug checks).
+    #[cfg(debug_assertions)]
+    pub fn held_by_name(&self) -> (u32, u64) {
+        self.slots
+            .iter()
+            .filter(|s| s.refcount > 0)
+            .fold((0, 0), |(n, r), s| (n + 1, r + u64::from(s.refcount)))
+    }
+
     /// The longest run of leading blocks of `ids` the cache holds.
     pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
         let mut hit = PrefixHit {

@@ -328,7 +328,7 @@ impl Scheduler {
     /// Returns (handle, prompt tokens this worker already caches), or `None` when there is no
     /// room yet (no sequence slot or too few free blocks).
     pub fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
-        if self.running.len() + self.receiving as usize >= self.config.max_num_seqs as usize {
+        if self.seqs_in_use() >= self.config.max_num_seqs as usize {
             return None;
         }
         let ids = self.ids.of(i);
@@ -376,10 +376,19 @@ impl Scheduler {
         }
     }
 
-    /// Sequence slots taken toward `max_num_seqs`: running requests and those holding blocks
-    /// while their prefix is onboarded (they run next).
+    /// Sequence slots taken toward `max_num_seqs`, the one count every admission checks:
+    /// running requests, and those holding blocks while their KV arrives from a prefill worker
+    /// or comes up from the offload tiers (each joins the running batch next).
     fn seqs_in_use(&self) -> usize {
-        self.running.len() + self.onboarding as usize
+        self.running.len() + self.receiving as usize + self.onboarding as usize
+    }
+
+    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
+    /// (vllm/v1/engine/core_client.py): requests holding blocks while their KV arrives or comes
+    /// up from the tiers count as waiting, as vLLM keeps them in its waiting queues.
+    pub fn load_score(&self) -> u64 {
+        let waiting = self.waiting.len() + self.receiving as usize + self.onboarding as usize;
+        4 * waiting as u64 + self.running.len() as u64
     }
 
     /// Queue `id` at the back, or at the front (a preempted request goes first again).
@@ -437,6 +446,7 @@ impl Scheduler {
     pub fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         let mut budget = self.config.max_num_batched_tokens;
+        let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
@@ -455,19 +465,24 @@ impl Scheduler {
                 };
                 let victim = self.running[vi];
                 self.preempt(vi, records);
+                preempted = true;
                 if victim == id {
                     preempted_self = true;
                     break;
                 }
             }
             if preempted_self {
+                // vLLM stops scheduling running requests here; Dynamo's mocker goes on with the
+                // next one, and so does this.
                 continue;
             }
             self.schedule(id, n, need);
             budget -= n;
             i += 1;
         }
-        while let Some(&id) = self.waiting.front() {
+        // vLLM admits no waiting request in a step that preempted (nor does Dynamo's mocker):
+        // the victims would only be admitted again.
+        while let Some(&id) = self.waiting.front().filter(|_| !preempted) {
             if self.seqs_in_use() >= self.config.max_num_seqs as usize || budget == 0 {
                 break;
             }
@@ -526,7 +541,51 @@ impl Scheduler {
         }
         self.busy = true;
         self.passes += 1;
+        #[cfg(debug_assertions)]
+        self.check_invariants();
         Some(self.timer.pass_ms(&shape))
+    }
+
+    /// The limits a pass must keep, checked after each one in debug builds: sequence slots,
+    /// the token budget, the cache's capacity, and the block accounting (every block a request
+    /// holds is counted once by the cache).
+    #[cfg(debug_assertions)]
+    fn check_invariants(&self) {
+        let max = self.config.max_num_seqs as usize;
+        assert!(
+            self.seqs_in_use() <= max,
+            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
+            self.running.len(),
+            self.receiving,
+            self.onboarding
+        );
+        let tokens: u64 = self
+            .in_pass
+            .iter()
+            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
+            .sum();
+        // An unchunked prompt larger than the budget runs alone rather than never.
+        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
+        assert!(
+            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
+            "{tokens} tokens scheduled over a budget of {}",
+            self.config.max_num_batched_tokens
+        );
+        let cache = &self.cache;
+        assert!(cache.active() + cache.inactive() <= cache.capacity());
+        let (slots, private) = self.seqs.iter().fold((0u64, 0u64), |(s, p), q| {
+            (s + q.slots.len() as u64, p + u64::from(q.private))
+        });
+        let (named, references) = cache.held_by_name();
+        assert_eq!(
+            slots, references,
+            "block references differ from the requests' slots"
+        );
+        assert_eq!(
+            u64::from(named) + private,
+            u64::from(cache.active()),
+            "active blocks differ from the named and private blocks requests hold"
+        );
     }
 
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass

@@ -288,14 +288,55 @@ fn data_parallel_ranks_pass_in_lockstep() {
 }
 
 #[test]
+fn a_pass_that_preempts_admits_nothing() {
+    // Blocks of 4 tokens, 7 of them, a budget of 8 tokens; prefill 10 ms, decode 1 ms. A (4
+    // prompt tokens, 10 out) and V (4 prompt tokens, 20 out) prefill in pass 1 (0-10 ms) and
+    // then decode 1 ms a pass, each crossing into a new block at targets 5, 9 and 13 (passes 2,
+    // 6 and 10). At pass 10 (18 ms) both hold 3 blocks and 1 is left: A takes it, V must yield
+    // itself (LIFO). V's prompt block stays cached and 3 blocks are free, so a 7-token chunk
+    // of its recompute would fit; vLLM admits nothing in a step that preempted, so pass 10
+    // only decodes A's last token: 1 ms, A ends at 19 ms (29 ms if V's chunk had joined it).
+    let rows = Rows::new(4, &[(0.0, 4, 10, &[1]), (0.0, 4, 20, &[2])]);
+    let r = rows.replay(&small(7, 8));
+    assert_eq!(r.records.last_token_ms[0], 19.0);
+    assert!(r.records.preemptions[1] >= 1);
+    assert_eq!(r.summary.completed_requests, 2);
+}
+
+#[test]
 fn data_parallel_ranks_keep_their_own_caches() {
-    // The same prompt twice: with one rank the second reuses it, with two ranks it lands on
-    // the other rank's empty cache.
-    let rows = Rows::new(4, &[(0.0, 8, 1, &[1, 2]), (100.0, 8, 1, &[1, 2])]);
+    // The same prompt twice, the second sent at 11 ms while the first still decodes (prefill
+    // 10 ms, then 1 ms decodes to its 50th token). With one rank the second reuses the cached
+    // prompt; with two, the busy rank 0 scores 1 (one running) and the idle rank 1 scores 0,
+    // so the second lands on rank 1's empty cache.
+    let rows = Rows::new(4, &[(0.0, 8, 50, &[1, 2]), (11.0, 8, 1, &[1, 2])]);
     let mut c = small(100, 64);
     assert_eq!(rows.replay(&c).records.reused_tokens, [0, 8]);
     c.engine.data_parallel_size = 2;
     assert_eq!(rows.replay(&c).records.reused_tokens, [0, 0]);
+}
+
+#[test]
+fn data_parallel_dispatch_goes_to_the_least_loaded_rank() {
+    // vLLM's balancer: the lowest 4 x waiting + running, ties to the lowest rank. One worker of
+    // two ranks, one sequence a rank, prefill 10 ms, decode 1 ms.
+    // - 0 ms: request 0 (100 tokens out) goes to rank 0 (a tie); the pass 0-10 ms prefills it.
+    // - 1 ms: request 1 (1 token out) goes to rank 1 (rank 0 runs one: score 1, rank 1: 0);
+    //   the next grouped pass, 10-20 ms, prefills it on rank 1 and decodes request 0 on rank 0,
+    //   and request 1 completes at 20 ms.
+    // - 25 ms: request 2 arrives as a 1 ms pass ends; rank 0 still runs request 0 (score 1),
+    //   rank 1 is idle (0): it goes to rank 1 and is admitted at once. Round robin would have
+    //   sent it to rank 0, where it waits for request 0 to end (~118 ms).
+    let rows = Rows::new(
+        512,
+        &[(0.0, 8, 100, &[0]), (1.0, 8, 1, &[1]), (25.0, 8, 1, &[2])],
+    );
+    let mut c = small(1000, 64);
+    c.engine.data_parallel_size = 2;
+    c.engine.max_num_seqs = 1;
+    let r = rows.replay(&c);
+    assert_eq!(r.records.first_admit_ms, [0.0, 10.0, 25.0]);
+    assert_eq!(r.records.last_token_ms[1], 20.0);
 }
 
 #[test]

@@ -38,8 +38,6 @@ struct InFlight {
 pub(super) struct Worker {
     pub(super) first_rank: usize,
     ranks: usize,
-    /// The rank the next request of this worker goes to (round robin).
-    next_rank: usize,
     pub(super) busy: bool,
     /// When the pass in flight ends (ms), while `busy`.
     pub(super) pass_end_ms: f64,
@@ -50,10 +48,12 @@ impl Worker {
         self.first_rank..self.first_rank + self.ranks
     }
 
-    fn pick_rank(&mut self) -> usize {
-        let r = self.first_rank + self.next_rank;
-        self.next_rank = (self.next_rank + 1) % self.ranks;
-        r
+    /// The rank of this worker a request goes to: the least loaded as vLLM's data-parallel
+    /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank.
+    fn pick_rank(&self, ranks: &[Scheduler]) -> usize {
+        self.ranks()
+            .min_by_key(|&r| ranks[r].load_score())
+            .expect("a worker has at least one rank")
     }
 }
 
@@ -128,7 +128,6 @@ impl Cluster {
                 workers.push(Worker {
                     first_rank: ranks.len(),
                     ranks: dp,
-                    next_rank: 0,
                     busy: false,
                     pass_end_ms: f64::NAN,
                 });
@@ -209,7 +208,7 @@ impl Cluster {
             first + router.route_by_cache(ids.of(i), prompt_blocks, candidates)
         } else {
             let w = pool.start + router.route(pool.len());
-            workers[w].pick_rank()
+            workers[w].pick_rank(ranks)
         }
     }
 

@@ -327,7 +327,7 @@ def plan(
         smallest = min(layouts, key=lambda lay: sum(lay.gpus))
         raise ConfigError(
             f"max_gpus {max_gpus} is below one worker of every layout: the smallest, "
-            f"{smallest.name(True, False)}, needs {sum(smallest.gpus)} GPUs"
+            f"{smallest.name(smallest.dp != 1, False)}, needs {sum(smallest.gpus)} GPUs"
         )
     opts = (
         RenderOptions()

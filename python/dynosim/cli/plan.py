@@ -15,12 +15,15 @@ from dynosim.cli.rows import (
     missing_extra_is_bad_input,
     rows_table,
     sla_from_args,
+    wide_console,
 )
 from dynosim.config import load_config
 from dynosim.deploy import RenderOptions
 from dynosim.errors import MissingExtraError
 from dynosim.plan import plan
-from dynosim.plan.planner import SETTINGS
+
+#: The row columns a plan prints (the layout names the TP sizes).
+SHOWN = ("layout", "replicas", "prefill_workers", "decode_workers")
 
 
 def add_parser(sub: Any) -> None:
@@ -65,8 +68,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
     workload, source = workload_from_args(args, sample_when_missing=False)
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result.replays.to_csv(out / "replays.csv")
     result.pareto.to_csv(out / "pareto.csv")
-    console = Console()
+    console = wide_console()
     console.print(
         f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "
         f"{result.sla.describe()}, at most {args.max_gpus} GPUs: {result.replays_run} replays "
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if result.pick is None:
         console.print(
             rows_table(
-                "no candidate meets the SLA; the closest:", result.closest(5), SETTINGS, result.sla
+                "no candidate meets the SLA; the closest:", result.closest(5), SHOWN, result.sla
             )
         )
         return EXIT_FAILED
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         rows_table(
             "ranked candidates (each layout's fewest GPUs meeting the SLA)",
             result.ranked,
-            SETTINGS,
+            SHOWN,
             result.sla,
         )
     )

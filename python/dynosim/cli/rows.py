@@ -12,6 +12,9 @@ from dynosim.cli.common import UsageError
 from dynosim.errors import MissingExtraError
 from dynosim.plan import Sla
 
+#: Short headers of the plan's settings.
+_HEADERS = {"replicas": "workers", "prefill_workers": "prefill", "decode_workers": "decode"}
+
 _STATS = ["mean", "p50", "p75", "p90", "p95", "p99", "max"]
 
 
@@ -51,6 +54,15 @@ def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
     return UsageError(str(exc))
 
 
+def wide_console() -> Any:
+    """A console on stdout, 160 columns wide when stdout is not a terminal (a file or a pipe
+    gets the whole table rather than 80 columns of ellipses)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
 def _fmt(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -74,7 +86,7 @@ def rows_table(
         for m, (stat, _) in sla.limits().items()
     ]
     table = Table(title=title, title_justify="left")
-    for col in ["#", *shown, "GPUs", "tok/s/GPU", "tok/s/user"]:
+    for col in ["#", *(_HEADERS.get(s, s) for s in shown), "GPUs", "tok/s/GPU", "tok/s/user"]:
         table.add_column(col, justify="left" if col in ("layout",) else "right")
     for _, label in stats:
         table.add_column(f"{label} ms", justify="right")
@@ -99,4 +111,5 @@ __all__ = [
     "missing_extra_is_bad_input",
     "rows_table",
     "sla_from_args",
+    "wide_console",
 ]

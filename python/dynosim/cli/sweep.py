@@ -15,6 +15,7 @@ from dynosim.cli.rows import (
     missing_extra_is_bad_input,
     rows_table,
     sla_from_args,
+    wide_console,
 )
 from dynosim.config import load_config
 from dynosim.errors import MissingExtraError
@@ -51,8 +52,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     space = Space.load(args.space)
     base = load_config(args.config)
     sla = sla_from_args(args)
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     front = result.pareto()
     front.to_csv(out / "pareto.csv")
     partial.unlink(missing_ok=True)
-    console = Console()
+    console = wide_console()
     met = len(result.feasible())
     failed = len(result.failed())
     console.print(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 import dynosim
 
-#: The project's shared traces sit beside the repository (CI clones it next to shared/).
-TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_conversation.jsonl"
+#: The project's shared traces sit beside the repository (CI clones it next to shared/);
+#: $DYNOSIM_TRACES names their folder elsewhere (a git worktree, say).
+_DIR = Path(__file__).resolve().parents[2] / "shared/data/traces"
+TRACE = Path(os.environ.get("DYNOSIM_TRACES", _DIR)) / "mooncake_conversation.jsonl"
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,8 +26,11 @@ needs_aic = pytest.mark.skipif(
     not have("aiconfigurator_core"), reason="needs the aic extra (pip install 'dynosim[aic]')"
 )
 
-#: The project's shared traces sit beside the repository (CI clones it next to shared/).
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+#: The project's shared traces sit beside the repository (CI clones it next to shared/);
+#: $DYNOSIM_TRACES names their folder elsewhere (a git worktree, say).
+TRACES = Path(
+    os.environ.get("DYNOSIM_TRACES", Path(__file__).resolve().parents[2] / "shared/data/traces")
+)
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from dynosim.errors import (
     WorkloadError,
 )
 from dynosim.links import max_min_rates
+from dynosim.plan import PlanResult, Sla, Space, SweepResult, plan, sweep
 from dynosim.replay import replay
 from dynosim.report import REJECT_REASONS, Report
 from dynosim.workload import (
@@ -120,6 +121,7 @@ __all__ = [
     "MeasuredRun",
     "MissingExtraError",
     "OffloadConfig",
+    "PlanResult",
     "PolynomialTiming",
     "Problem",
     "RenderOptions",
@@ -129,7 +131,10 @@ __all__ = [
     "RoleConfig",
     "SimConfig",
     "SimulationError",
+    "Sla",
     "SlaConfig",
+    "Space",
+    "SweepResult",
     "SyntheticWorkload",
     "TableTiming",
     "TraceColumns",
@@ -143,8 +148,10 @@ __all__ = [
     "load_trace",
     "lower_workload",
     "max_min_rates",
+    "plan",
     "render_dgd",
     "replay",
     "sample_trace_path",
+    "sweep",
     "validate_manifest",
 ]

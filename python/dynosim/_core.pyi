@@ -76,3 +76,22 @@ def kv_shape_bytes_per_token(shape_json: str, tp: int) -> int:
 
 def aic_timing_defaults_json() -> str:
     """The fields an ``aic`` timing section may leave out, with their values, as JSON."""
+
+class PreparedWorkload:
+    """Request columns copied into the core once (checked by the core's rules, raising
+    WorkloadError), with their prompt block identities computed once per block size and shared
+    by every replay of them, from any thread."""
+
+    def __init__(self, columns: Any) -> None: ...
+    @property
+    def tables_held(self) -> int:
+        """Block identity tables held (one per block size replayed so far)."""
+
+def replay_prepared(
+    prepared: PreparedWorkload, config_json: str, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Replay a prepared workload without the GIL; returns what ``replay`` returns, byte for
+    byte the same."""
+
+def replay_prepared_summary(prepared: PreparedWorkload, config_json: str) -> str:
+    """Replay a prepared workload without the GIL and return only its summary JSON."""

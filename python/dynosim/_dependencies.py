@@ -58,4 +58,9 @@ def pandas(feature: str, extra: str) -> ModuleType:
     return _require("pandas", "pandas", extra, feature)
 
 
-__all__ = ["DYNAMO_VERSION", "aic_core", "aic_generator", "dynamo", "pandas"]
+def ray(feature: str) -> ModuleType:
+    """Ray, for ``feature`` (the ``ray`` extra)."""
+    return _require("ray", "Ray", "ray", feature)
+
+
+__all__ = ["DYNAMO_VERSION", "aic_core", "aic_generator", "dynamo", "pandas", "ray"]

@@ -28,17 +28,17 @@ def _columns(
     return workload.columns()
 
 
-def core_config(config: SimConfig) -> tuple[str, dict[str, Any]]:
+def core_config(config: SimConfig, memo: dict | None = None) -> tuple[str, dict[str, Any]]:
     """``config`` as the JSON document the core replays, and what priced each ``aic`` timing
     section by its dotted path. The core prices passes from tables only, so ``aic`` sections
     become their ``op_tables`` timing (built once with AIConfigurator, then read from the
-    on-disk cache)."""
+    on-disk cache; ``memo``, kept across calls, resolves each distinct section once)."""
     timings = (config.timing, config.prefill.timing, config.decode.timing)
     if not any(isinstance(t, AicTiming) for t in timings):
         return config.model_dump_json(), {}
     from dynosim.aic import aic_sections_to_tables
 
-    resolved, priced = aic_sections_to_tables(config.model_dump())
+    resolved, priced = aic_sections_to_tables(config.model_dump(), memo=memo)
     return json.dumps(resolved), priced
 
 

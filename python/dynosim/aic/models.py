@@ -44,11 +44,15 @@ def kv_memory(
     max_num_batched_tokens: int,
     max_num_seqs: int,
 ) -> dict[str, Any]:
-    """AIC's memory model of one rank of ``target`` (an :class:`~dynosim.aic.AicTarget`), as
-    vLLM sizes its KV cache: ``gpu_memory_utilization`` x GPU memory, less the weights on one
-    GPU, the activation peak of a ``max_num_batched_tokens`` pass, the runtime's own memory
-    and the communication buffers. Returns AIC's figures (bytes, tokens)."""
+    """AIC's memory model of one rank of ``target`` (an :class:`~dynosim.aic.AicTarget`), as its
+    engine sizes the KV cache: vLLM and SGLang take ``gpu_memory_utilization`` x GPU memory,
+    less the weights on one GPU, the activation peak of a ``max_num_batched_tokens`` pass, the
+    runtime's own memory and the communication buffers; TensorRT-LLM takes the fraction of the
+    memory those leave free (its ``free_gpu_memory_fraction``). Returns AIC's figures (bytes,
+    tokens)."""
     memory = aic_core("sdk.memory")
+    # AIC's own rule of which fraction each engine reads.
+    kind = memory._BACKEND_FRACTION_KIND[target.backend]
     layout: dict[str, Any] = {"tp_size": target.tp}
     if target.moe:
         layout.update(
@@ -64,7 +68,7 @@ def kv_memory(
             target.backend_version,
             max_num_tokens=max_num_batched_tokens,
             max_batch_size=max_num_seqs,
-            memory_fraction_kind="of_total",
+            memory_fraction_kind=kind,
             memory_fraction_value=gpu_memory_utilization,
             systems_path=target.systems_path,
             **layout,

@@ -389,13 +389,18 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
         return None
 
 
+#: Tables (and provenance) of timing sections already resolved, or why AIC cannot build them.
+TableMemo = dict[AicTiming, "tuple[OpTables, dict[str, Any]] | ConfigError"]
+
+
 def aic_sections_to_tables(
-    config: dict[str, Any], *, cache_dir: Path | None = None
+    config: dict[str, Any], *, cache_dir: Path | None = None, memo: TableMemo | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A copy of a configuration dict (``SimConfig.model_dump()``) whose ``aic`` timing sections
     (``timing``, ``prefill.timing``, ``decode.timing``) are replaced by their ``op_tables``
     timing, the only form the core replays, and the provenance of each replaced section by its
-    dotted path. Raises what :func:`aic_table_timing` raises."""
+    dotted path. ``memo``, kept across calls (a sweep's many candidates), resolves each
+    distinct section once, failures included. Raises what :func:`aic_table_timing` raises."""
     out = dict(config)
     holders = {"timing": out}
     for role in ("prefill", "decode"):
@@ -406,13 +411,24 @@ def aic_sections_to_tables(
     for path, holder in holders.items():
         timing = holder.get("timing")
         if isinstance(timing, dict) and timing.get("model") == "aic":
-            tables, priced[path] = aic_table_timing(AicTiming(**timing), cache_dir=cache_dir)
+            spec = AicTiming(**timing)
+            memo = {} if memo is None else memo
+            if spec not in memo:
+                try:
+                    memo[spec] = aic_table_timing(spec, cache_dir=cache_dir)
+                except ConfigError as e:
+                    memo[spec] = e
+            found = memo[spec]
+            if isinstance(found, ConfigError):
+                raise found
+            tables, priced[path] = found
             holder["timing"] = tables.model_dump()
     return out, priced
 
 
 __all__ = [
     "TABLE_FIELDS",
+    "TableMemo",
     "aic_sections_to_tables",
     "aic_table_timing",
     "build_tables",

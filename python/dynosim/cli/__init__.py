@@ -1,5 +1,5 @@
-"""The ``dynosim`` command line, one module per command: ``replay``, ``schema``, ``render`` and
-``validate`` (DGD manifests)."""
+"""The ``dynosim`` command line, one module per command: ``replay``, ``sweep``, ``plan``,
+``schema``, ``render`` and ``validate`` (DGD manifests)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import argparse
 import sys
 from types import ModuleType
 
-from dynosim.cli import render, replay, schema, validate
+from dynosim.cli import plan, render, replay, schema, sweep, validate
 from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
 from dynosim.errors import DynosimError
 
 #: The commands by name, in the order ``--help`` lists them.
 COMMANDS: dict[str, ModuleType] = {
     "replay": replay,
+    "sweep": sweep,
+    "plan": plan,
     "schema": schema,
     "render": render,
     "validate": validate,

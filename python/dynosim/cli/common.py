@@ -1,8 +1,14 @@
-"""What every ``dynosim`` command shares: exit codes and the usage error."""
+"""What the ``dynosim`` commands share: exit codes, the usage error, and the workload flags
+(a trace, or synthetic traffic)."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+from typing import Any
+
 from dynosim.errors import DynosimError
+from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
 
 #: Exit codes: bad input (trace, config, flags) and a failed simulation.
 EXIT_BAD_INPUT = 2
@@ -13,4 +19,55 @@ class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
 
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "UsageError"]
+def add_workload_arguments(parser: Any, extra_formats: tuple[str, ...] = ()) -> None:
+    """TRACE and the flags of synthetic traffic and trace formats (``extra_formats``: more
+    values ``--format`` takes, for files a command reads besides traces)."""
+    parser.add_argument("trace", nargs="?", type=Path, help="trace file (.jsonl or .csv)")
+    g = parser.add_argument_group("synthetic traffic (instead of a trace)")
+    g.add_argument("--synthetic", action="store_true", help="replay generated requests")
+    g.add_argument("--isl", type=int, help="prompt tokens per request")
+    g.add_argument("--osl", type=int, help="output tokens per request")
+    g.add_argument("--rate", type=float, help="arrival rate (requests/s, Poisson)")
+    g.add_argument("--count", type=int, help="number of requests")
+    g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
+    g.add_argument("--seed", type=int, default=0, help="generator seed")
+    parser.add_argument(
+        "--format",
+        choices=["mooncake", "azure", *extra_formats],
+        help="trace format (default: by extension)"
+        + ("; a measured run's with --measured (default: by content)" if extra_formats else ""),
+    )
+    parser.add_argument(
+        "--trace-block-size", type=int, default=512, help="tokens per trace hash id"
+    )
+
+
+def workload_from_args(
+    args: argparse.Namespace, *, sample_when_missing: bool
+) -> tuple[TraceWorkload | SyntheticWorkload, str]:
+    """The workload the flags describe, and a name for it. Without TRACE or --synthetic: the
+    bundled sample when ``sample_when_missing``, else a usage error."""
+    synthetic_flags = ("isl", "osl", "rate", "count", "duration_s")
+    if args.synthetic:
+        if args.trace is not None:
+            raise UsageError("give a TRACE or --synthetic, not both")
+        given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
+        work = SyntheticWorkload(**given, seed=args.seed)
+        return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
+    stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} need --synthetic")
+    if args.trace is None and not sample_when_missing:
+        raise UsageError("give a TRACE file, or --synthetic with --isl, --osl and --rate")
+    path = args.trace or sample_trace_path()
+    source = str(args.trace) if args.trace else f"bundled sample ({path.name})"
+    return load_trace(path, trace_block_size=args.trace_block_size, format=args.format), source
+
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "UsageError",
+    "add_workload_arguments",
+    "workload_from_args",
+]

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.cli import measured
-from dynosim.cli.common import UsageError
+from dynosim.cli.common import UsageError, add_workload_arguments, workload_from_args
 from dynosim.cli.summary import render_summary
 from dynosim.config import AicTiming, SimConfig, load_config, load_timing_table
 from dynosim.replay import replay
-from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
 from dynosim.workload.measured import MEASURED_FORMATS
 
 
@@ -25,23 +24,8 @@ def add_parser(sub: Any) -> None:
         description="Replay a trace (Mooncake JSONL or Azure CSV) on a simulated cluster. "
         "With no TRACE, replays the bundled Mooncake conversation sample.",
     )
-    r.add_argument("trace", nargs="?", type=Path, help="trace file (.jsonl or .csv)")
-    g = r.add_argument_group("synthetic traffic (instead of a trace)")
-    g.add_argument("--synthetic", action="store_true", help="replay generated requests")
-    g.add_argument("--isl", type=int, help="prompt tokens per request")
-    g.add_argument("--osl", type=int, help="output tokens per request")
-    g.add_argument("--rate", type=float, help="arrival rate (requests/s, Poisson)")
-    g.add_argument("--count", type=int, help="number of requests")
-    g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
-    g.add_argument("--seed", type=int, default=0, help="generator seed")
-    r.add_argument(
-        "--format",
-        choices=["mooncake", "azure", *MEASURED_FORMATS],
-        help="trace format (default: by extension); with --measured, the measured run's "
-        "(default: by content)",
-    )
+    add_workload_arguments(r, extra_formats=MEASURED_FORMATS)
     measured.add_arguments(r)
-    r.add_argument("--trace-block-size", type=int, default=512, help="tokens per trace hash id")
     r.add_argument("--config", type=Path, help="YAML or JSON configuration file")
     r.add_argument("--workers", type=int, help="number of aggregated workers")
     r.add_argument("--block-size", type=int, help="tokens per KV block")
@@ -245,29 +229,15 @@ def _timing(
     return current if model == current["model"] else {"model": model}
 
 
-def _workload(args: argparse.Namespace) -> tuple[TraceWorkload | SyntheticWorkload, str]:
-    """The workload the replay flags describe, and a name for it."""
-    synthetic_flags = ("isl", "osl", "rate", "count", "duration_s")
-    if args.synthetic:
-        if args.trace is not None:
-            raise UsageError("give a TRACE or --synthetic, not both")
-        given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
-        work = SyntheticWorkload(**given, seed=args.seed)
-        return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
-    stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
-    if stray:
-        raise UsageError(f"{', '.join(stray)} need --synthetic")
-    path = args.trace or sample_trace_path()
-    source = str(args.trace) if args.trace else f"bundled sample ({path.name})"
-    return load_trace(path, trace_block_size=args.trace_block_size, format=args.format), source
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     config, provenance = _config(args)
     real = measured.measured_run(args)  # None without --measured
-    workload, source = (real[0].columns, real[1]) if real else _workload(args)
+    if real:
+        workload, source = real[0].columns, real[1]
+    else:
+        workload, source = workload_from_args(args, sample_when_missing=True)
     report = replay(workload, config, progress=not args.no_progress, provenance=provenance)
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)

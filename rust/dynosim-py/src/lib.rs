@@ -9,7 +9,8 @@ use dynosim_core::config::{AicTiming, KvShape};
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::{
-    parse_mooncake as parse_mooncake_rows, SessionKey, SimConfig, SimError, Workload,
+    parse_mooncake as parse_mooncake_rows, PreparedWorkload as CorePrepared, Report, SessionKey,
+    SimConfig, SimError, Workload,
 };
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -255,6 +256,72 @@ fn replay<'py>(
     let report = detached(py, || {
         dynosim_core::replay(&workload, &config, counter.as_deref())
     })?;
+    report_dict(py, report, &config)
+}
+
+/// Request columns copied into the core once, with their block identities computed once per
+/// block size and shared by every replay of them (from any thread).
+#[pyclass(frozen, module = "dynosim._core")]
+struct PreparedWorkload {
+    inner: Arc<CorePrepared>,
+}
+
+#[pymethods]
+impl PreparedWorkload {
+    #[new]
+    fn new(py: Python<'_>, columns: Columns<'_>) -> PyResult<Self> {
+        let workload = columns.workload()?;
+        let inner = CorePrepared::new(&workload).map_err(|e| workload_err(py, e))?;
+        Ok(PreparedWorkload {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Block identity tables held (one per block size replayed so far).
+    #[getter]
+    fn tables_held(&self) -> usize {
+        self.inner.tables_held()
+    }
+}
+
+/// Replay a prepared workload; returns what `replay` returns.
+#[pyfunction]
+#[pyo3(signature = (prepared, config_json, progress=None))]
+fn replay_prepared<'py>(
+    py: Python<'py>,
+    prepared: PyRef<'py, PreparedWorkload>,
+    config_json: &str,
+    progress: Option<PyRef<'py, Progress>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    let inner = prepared.inner.clone();
+    let counter = progress.map(|p| p.done.clone());
+    let report = detached(py, || {
+        dynosim_core::replay_prepared(&inner, &config, counter.as_deref())
+    })?;
+    report_dict(py, report, &config)
+}
+
+/// Replay a prepared workload and return only the summary JSON (no per-request arrays).
+#[pyfunction]
+fn replay_prepared_summary(
+    py: Python<'_>,
+    prepared: PyRef<'_, PreparedWorkload>,
+    config_json: &str,
+) -> PyResult<String> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    let inner = prepared.inner.clone();
+    detached(py, || {
+        dynosim_core::replay_prepared(&inner, &config, None).map(|r| r.summary_json())
+    })
+}
+
+/// A report as the dict `replay` returns.
+fn report_dict<'py>(
+    py: Python<'py>,
+    report: Report,
+    config: &SimConfig,
+) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("summary_json", report.summary_json())?;
     out.set_item("config_json", config.to_json())?;
@@ -315,6 +382,9 @@ fn replay<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Progress>()?;
+    m.add_class::<PreparedWorkload>()?;
+    m.add_function(wrap_pyfunction!(replay_prepared, m)?)?;
+    m.add_function(wrap_pyfunction!(replay_prepared_summary, m)?)?;
     m.add_function(wrap_pyfunction!(default_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(reject_reason_names, m)?)?;

@@ -7,6 +7,7 @@ use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::offload::{Onboard, Tiers};
+use crate::prepared::PreparedWorkload;
 use crate::report::Records;
 use crate::router::Router;
 use crate::scheduler::Scheduler;
@@ -94,9 +95,14 @@ pub(super) struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster `config` describes, serving `workload`; `ends_send`: sessions or the closed
-    /// loop are on.
-    pub(super) fn new(config: &SimConfig, workload: &Workload, ends_send: bool) -> Result<Self> {
+    /// The cluster `config` describes, serving `workload` (whose block identities `prepared`
+    /// holds, when given); `ends_send`: sessions or the closed loop are on.
+    pub(super) fn new(
+        config: &SimConfig,
+        workload: &Workload,
+        prepared: Option<&PreparedWorkload>,
+        ends_send: bool,
+    ) -> Result<Self> {
         let c = &config.cluster;
         let pools: Vec<(Role, usize)> = match c.mode {
             ServingMode::Aggregated => vec![(Role::Aggregated, c.num_workers as usize)],
@@ -114,7 +120,10 @@ impl Cluster {
             let size = config.role(role).0.block_size;
             if !tables.iter().any(|t| t.block_size() == size) {
                 let first = tables.last().map_or(0, |t| t.end());
-                tables.push(Arc::new(BlockIds::new(workload, size, first)?));
+                tables.push(match prepared {
+                    Some(p) => p.block_ids(size, first)?,
+                    None => Arc::new(BlockIds::new(workload, size, first)?),
+                });
             }
         }
         let ids_end = tables.last().map_or(0, |t| t.end());

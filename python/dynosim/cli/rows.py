@@ -1,0 +1,115 @@
+"""Tables of sweep and plan rows for the terminal, and the flags sweep and plan share: the SLA
+and where replays run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dynosim.cli.common import UsageError
+from dynosim.errors import MissingExtraError
+from dynosim.plan import Sla
+
+#: Short headers of the plan's settings.
+_HEADERS = {"replicas": "workers", "prefill_workers": "prefill", "decode_workers": "decode"}
+
+_STATS = ["mean", "p50", "p75", "p90", "p95", "p99", "max"]
+
+
+def add_search_arguments(parser: Any) -> None:
+    """The SLA flags and the executor flags."""
+    s = parser.add_argument_group("SLA (a candidate meets it when every limit holds)")
+    s.add_argument("--sla-ttft-ms", type=float, help="TTFT limit (ms)")
+    s.add_argument("--sla-tpot-ms", type=float, help="TPOT limit (ms)")
+    s.add_argument(
+        "--sla-percentile", choices=_STATS, default="p90", help="TTFT statistic limited (p90)"
+    )
+    s.add_argument(
+        "--sla-tpot-stat", choices=_STATS, default="mean", help="TPOT statistic limited (mean)"
+    )
+    e = parser.add_argument_group("where replays run")
+    e.add_argument(
+        "--executor",
+        choices=["threads", "processes", "ray"],
+        default="threads",
+        help="thread pool (default), process pool, or Ray tasks (pip install 'dynosim[ray]')",
+    )
+    e.add_argument("--jobs", type=int, help="parallel replays (default: the CPU count)")
+    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def sla_from_args(args: argparse.Namespace) -> Sla:
+    return Sla(
+        ttft_ms=args.sla_ttft_ms,
+        tpot_ms=args.sla_tpot_ms,
+        ttft_stat=args.sla_percentile,
+        tpot_stat=args.sla_tpot_stat,
+    )
+
+
+def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
+    """An extra asked for on the command line but not installed is a usage error (exit 2)."""
+    return UsageError(str(exc))
+
+
+def wide_console() -> Any:
+    """A console on stdout, 160 columns wide when stdout is not a terminal (a file or a pipe
+    gets the whole table rather than 80 columns of ellipses)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def rows_table(
+    title: str, rows: Sequence[Mapping[str, Any]], settings: Sequence[str], sla: Sla
+) -> Any:
+    """A rich Table: the settings given, GPUs, tokens/s/GPU and per user, the limited
+    statistics, and whether (or how) the SLA is met."""
+    from rich.table import Table
+
+    shown = [s for s in settings if any(r.get(s) is not None for r in rows)]
+    stats = [
+        (f"{m.removesuffix('_ms')}_{stat}_ms", f"{m.removesuffix('_ms').upper()} {stat}")
+        for m, (stat, _) in sla.limits().items()
+    ]
+    table = Table(title=title, title_justify="left")
+    for col in ["#", *(_HEADERS.get(s, s) for s in shown), "GPUs", "tok/s/GPU", "tok/s/user"]:
+        table.add_column(col, justify="left" if col in ("layout",) else "right")
+    for _, label in stats:
+        table.add_column(f"{label} ms", justify="right")
+    table.add_column("SLA")
+    for r in rows:
+        stat_cells = [_fmt(r.get(key)) for key, _ in stats]
+        verdict = "met" if r["sla_met"] else (r["error"] or r["sla_misses"] or "missed")
+        table.add_row(
+            str(r["index"]),
+            *(_fmt(r.get(s)) for s in shown),
+            _fmt(r["gpus"]),
+            _fmt(r["output_tps_per_gpu"]),
+            _fmt(r["tps_per_user"]),
+            *stat_cells,
+            verdict,
+        )
+    return table
+
+
+__all__ = [
+    "add_search_arguments",
+    "missing_extra_is_bad_input",
+    "rows_table",
+    "sla_from_args",
+    "wide_console",
+]

@@ -1,0 +1,120 @@
+"""``dynosim sweep``: replay a workload under every candidate of a space of configurations and
+write the table: ``results.csv``, ``results.jsonl`` and ``pareto.csv``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dynosim.cli.common import EXIT_FAILED, add_workload_arguments, workload_from_args
+from dynosim.cli.rows import (
+    add_search_arguments,
+    missing_extra_is_bad_input,
+    rows_table,
+    sla_from_args,
+    wide_console,
+)
+from dynosim.config import load_config
+from dynosim.errors import MissingExtraError
+from dynosim.plan import Space, sweep
+from dynosim.plan.result import write_atomic
+
+#: Rows are appended here as replays finish; it is removed once the complete files exist.
+PARTIAL = "results.partial.jsonl"
+
+
+def add_parser(sub: Any) -> None:
+    """The ``sweep`` subcommand and its flags."""
+    p = sub.add_parser(
+        "sweep",
+        help="replay a workload under every candidate of a space of configurations",
+        description="Replay TRACE (or --synthetic traffic) under every candidate of --space "
+        "applied to --config, and write DIR/results.csv, DIR/results.jsonl and DIR/pareto.csv "
+        "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA). "
+        "Rows are appended to DIR/results.partial.jsonl as replays finish, so an interrupted "
+        "sweep leaves what it computed there and no complete-looking file. Exits 1 when an SLA "
+        "is given and no candidate meets it.",
+    )
+    add_workload_arguments(p)
+    p.add_argument("--config", type=Path, help="base configuration (YAML or JSON)")
+    p.add_argument(
+        "--space",
+        type=Path,
+        required=True,
+        help="YAML/JSON: dotted config paths -> lists of values (their grid), and optionally "
+        "'zip:' with paths -> lists paired element-wise",
+    )
+    add_search_arguments(p)
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+
+
+def run(args: argparse.Namespace) -> int:
+    space = Space.load(args.space)
+    base = load_config(args.config)
+    sla = sla_from_args(args)
+    workload, source = workload_from_args(args, sample_when_missing=False)
+    out: Path = args.output
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / PARTIAL
+    handle: list[Any] = []  # opened with the first row: bad input leaves no file behind
+
+    def keep(row: dict[str, Any]) -> None:
+        if not handle:
+            handle.append(open(partial, "w", encoding="utf-8"))
+        handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        handle[0].flush()
+
+    try:
+        result = sweep(
+            workload,
+            base,
+            space,
+            sla=sla,
+            executor=args.executor,
+            jobs=args.jobs,
+            progress=not args.no_progress,
+            on_row=keep,
+        )
+    except MissingExtraError as e:
+        raise missing_extra_is_bad_input(e) from None
+    finally:
+        for fh in handle:
+            fh.close()
+    write_atomic(out / "results.jsonl", result.jsonl_text())
+    result.to_csv(out / "results.csv")
+    front = result.pareto()
+    front.to_csv(out / "pareto.csv")
+    partial.unlink(missing_ok=True)
+    console = wide_console()
+    met = len(result.feasible())
+    failed = len(result.failed())
+    console.print(
+        f"dynosim sweep of {source}: {len(result)} candidates, {met} meet {sla.describe()}"
+        + (f", {failed} failed (see 'error' in results.csv)" if failed else "")
+        + f"; wrote {out}/results.csv, results.jsonl, pareto.csv"
+    )
+    if not front.rows:
+        console.print(
+            rows_table(
+                "no candidate meets the SLA; the closest:", result.closest(5), result.settings, sla
+            )
+        )
+        return EXIT_FAILED
+    console.print(
+        rows_table(
+            "Pareto front (tokens/s/GPU against tokens/s/user)", front.rows, result.settings, sla
+        )
+    )
+    best = result.best()
+    if best is not None:
+        print(
+            f"fewest GPUs meeting the SLA: candidate {best['index']} ({best['gpus']} GPUs)",
+            file=sys.stdout,
+        )
+    return 0
+
+
+__all__ = ["PARTIAL", "add_parser", "run"]

@@ -1,0 +1,243 @@
+"""A space of candidate configurations: settings at dotted paths of a :class:`SimConfig`
+(``"cluster.num_workers"``, ``"prefill.engine.max_num_seqs"``), combined as a grid (every
+combination), zipped (lists paired element-wise), multiplied or concatenated.
+
+Every path is checked against the configuration's sections before anything runs (an unknown path
+names itself and the keys allowed there), and every candidate is validated into a SimConfig (a bad
+value names the path and the value).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from dynosim._validation import shown
+from dynosim.config import SimConfig
+from dynosim.errors import ConfigError
+
+#: Role sections whose unset ``engine`` / ``timing`` stands for the shared one.
+_ROLES = ("prefill", "decode")
+
+#: The key of a space file that holds zipped lists.
+ZIP_KEY = "zip"
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may hold (through Optional, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def check_path(path: str) -> None:
+    """Check that ``path`` names a setting or section of :class:`SimConfig`.
+
+    Raises:
+        ConfigError: naming the path, where it goes wrong and the keys allowed there.
+    """
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"space: a path must be a non-empty dotted string, got {shown(path)}")
+    models: list[type[BaseModel]] = [SimConfig]
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i])
+        if not models:
+            raise ConfigError(
+                f"space: unknown path {path!r}: {where} is a value, not a section with keys"
+            )
+        fields = {name: f for m in models for name, f in m.model_fields.items()}
+        if part not in fields:
+            allowed = ", ".join(sorted(fields))
+            section = f"section {where!r}" if where else "the configuration"
+            raise ConfigError(
+                f"space: unknown path {path!r}: {section} has no key {part!r}; "
+                f"allowed keys: {allowed}"
+            )
+        models = _models(fields[part].annotation)
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` of a configuration dict (``SimConfig.model_dump()``) to ``value``.
+
+    A role's unset ``engine`` or ``timing`` (``prefill.engine`` None) starts as a copy of the
+    shared section, which it then replaces for that role; another unset section starts empty.
+    """
+    parts = path.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if not isinstance(child, dict):
+            shared = data.get(part) if i == 1 and parts[0] in _ROLES else None
+            child = copy.deepcopy(shared) if isinstance(shared, dict) else {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _values(path: str, values: Any) -> list[Any]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError(f"space: {path}: expected a list of values, got {shown(values)}")
+    if not values:
+        raise ConfigError(f"space: {path}: expected at least one value, got an empty list")
+    return list(values)
+
+
+class Space:
+    """Candidates, each a mapping of dotted config path -> value.
+
+    ``Space({"cluster.num_workers": [2, 4], "engine.max_num_seqs": [64, 256]})`` is the grid of
+    every combination (4 candidates; the first path varies slowest).
+    ``Space.zip({"engine.tensor_parallel_size": [1, 2], "timing.tp": [1, 2]})`` pairs the lists
+    (2 candidates). ``a * b`` is every candidate of ``a`` combined with every one of ``b``;
+    ``a + b`` the candidates of ``a``, then those of ``b``. ``Space.of([{...}, ...])`` lists
+    candidates one by one. A path a candidate does not set keeps the base configuration's value.
+    """
+
+    def __init__(self, grid: Mapping[str, Sequence[Any]] | None = None) -> None:
+        grid = dict(grid or {})
+        for path in grid:
+            check_path(path)
+        lists = [_values(p, v) for p, v in grid.items()]
+        self._candidates: list[dict[str, Any]] = [
+            dict(zip(grid, combo, strict=True)) for combo in itertools.product(*lists)
+        ]
+
+    @classmethod
+    def zip(cls, lists: Mapping[str, Sequence[Any]]) -> Space:
+        """Lists paired element-wise: candidate ``i`` takes the ``i``-th value of every path
+        (the lists must have one length)."""
+        checked = {p: _values(p, v) for p, v in dict(lists).items()}
+        for path in checked:
+            check_path(path)
+        lengths = {p: len(v) for p, v in checked.items()}
+        if len(set(lengths.values())) > 1:
+            given = ", ".join(f"{p} has {n}" for p, n in lengths.items())
+            raise ConfigError(f"space: zipped lists must have one length; {given}")
+        n = next(iter(lengths.values()), 0)
+        return cls.of([{p: v[i] for p, v in checked.items()} for i in range(n)])
+
+    @classmethod
+    def of(cls, candidates: Sequence[Mapping[str, Any]]) -> Space:
+        """The candidates given, one by one, each a mapping of path -> value."""
+        space = cls()
+        space._candidates = []
+        for c in candidates:
+            if not isinstance(c, Mapping):
+                raise ConfigError(
+                    f"space: a candidate must be a mapping of path -> value, got {shown(c)}"
+                )
+            for path in c:
+                check_path(path)
+            space._candidates.append(dict(c))
+        return space
+
+    @classmethod
+    def coerce(cls, value: Space | Mapping[str, Any]) -> Space:
+        """A Space from a Space, or a mapping read like a space file (:meth:`from_mapping`)."""
+        if isinstance(value, Space):
+            return value
+        if isinstance(value, Mapping):
+            return cls.from_mapping(value)
+        raise ConfigError(
+            f"space: expected a Space or a mapping of path -> values, got {type(value).__name__}"
+        )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Space:
+        """A space file's content: paths -> lists (the grid), and optionally ``zip:`` holding a
+        mapping of paths -> lists of one length (paired), or a list of such mappings (each
+        group paired); the grid and every group are combined as a product."""
+        grid = {k: v for k, v in data.items() if k != ZIP_KEY}
+        space = cls(grid)
+        groups = data.get(ZIP_KEY, [])
+        for group in [groups] if isinstance(groups, Mapping) else groups:
+            if not isinstance(group, Mapping):
+                raise ConfigError(
+                    f"space: {ZIP_KEY}: expected a mapping of path -> list (or a list of "
+                    f"them), got {shown(group)}"
+                )
+            space = space * cls.zip(group)
+        return space
+
+    @classmethod
+    def load(cls, path: str | Path) -> Space:
+        """A space from a YAML or JSON file (:meth:`from_mapping`); problems name the file."""
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the space: {e.strerror or e}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+        if not isinstance(data, Mapping) or not data:
+            raise ConfigError(f"{path}: a space must be a mapping of path -> list of values")
+        try:
+            return cls.from_mapping(data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+
+    def __mul__(self, other: Space) -> Space:
+        if not isinstance(other, Space):
+            return NotImplemented
+        both = set(self.paths) & set(other.paths)
+        if both:
+            raise ConfigError(
+                f"space: a product sets {', '.join(sorted(both))} on both sides; "
+                "zip the lists instead"
+            )
+        return Space.of([{**a, **b} for a in self._candidates for b in other._candidates])
+
+    def __add__(self, other: Space) -> Space:
+        if not isinstance(other, Space):
+            return NotImplemented
+        return Space.of([*self._candidates, *other._candidates])
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (dict(c) for c in self._candidates)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return dict(self._candidates[i])
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every path some candidate sets, in order of first appearance."""
+        return tuple(dict.fromkeys(p for c in self._candidates for p in c))
+
+    def configs(self, base: SimConfig) -> list[SimConfig]:
+        """Every candidate applied to ``base`` and validated, in order.
+
+        Raises:
+            ConfigError: the space is empty, or a candidate is invalid (the message gives its
+                number and settings, then the path and value that are wrong).
+        """
+        if not self._candidates:
+            raise ConfigError("space: no candidates (an empty space)")
+        dump = base.model_dump()
+        out = []
+        for i, settings in enumerate(self._candidates):
+            data = copy.deepcopy(dump)
+            for path, value in settings.items():
+                set_path(data, path, value)
+            try:
+                out.append(SimConfig.model_validate(data))
+            except ConfigError as e:
+                given = ", ".join(f"{p}={shown(v)}" for p, v in settings.items())
+                raise ConfigError(f"space: candidate {i} ({given}): {e}") from None
+        return out
+
+    def __repr__(self) -> str:
+        return f"Space({len(self)} candidates over {', '.join(self.paths) or 'no paths'})"
+
+
+__all__ = ["ZIP_KEY", "Space", "check_path", "set_path"]

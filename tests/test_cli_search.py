@@ -1,0 +1,183 @@
+"""``dynosim sweep`` and ``dynosim plan``: the files they write, the tables they print, and
+their exit codes on bad input (2) and when no candidate meets the SLA (1)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+from conftest import needs_aic
+
+from dynosim.cli import main
+
+SYNTH = ["--synthetic", "--isl", "2000", "--osl", "100", "--rate", "4", "--count", "200"]
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("cluster.num_workers: [1, 2]\nengine.max_num_seqs: [32, 256]\n")
+    return path
+
+
+def test_sweep_writes_the_table_and_the_front(tmp_path, space, capsys):
+    out = tmp_path / "out"
+    code = main(
+        [
+            "sweep",
+            *SYNTH,
+            "--space",
+            str(space),
+            "--sla-ttft-ms",
+            "1000",
+            "-o",
+            str(out),
+            "--no-progress",
+            "--jobs",
+            "2",
+        ]
+    )
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["pareto.csv", "results.csv", "results.jsonl"]
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["index"] for r in rows] == ["0", "1", "2", "3"]
+    assert [r["cluster.num_workers"] for r in rows] == ["1", "1", "2", "2"]
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["index"] for line in lines] == [0, 1, 2, 3]
+    printed = capsys.readouterr().out
+    assert "4 candidates, 4 meet" in printed and "Pareto front" in printed
+
+
+def test_sweep_bad_space_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster.num_wrkers: [1, 2]\n")
+    assert main(["sweep", *SYNTH, "--space", str(bad), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown path 'cluster.num_wrkers'" in err and "allowed keys:" in err
+    bad.write_text("cluster.num_workers: []\n")
+    assert main(["sweep", *SYNTH, "--space", str(bad), "-o", str(tmp_path / "o")]) == 2
+    assert "cluster.num_workers: expected at least one value" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "results.partial.jsonl").exists()
+
+
+def test_sweep_no_candidate_meets_exits_1_with_the_closest(tmp_path, space, capsys):
+    code = main(
+        [
+            "sweep",
+            *SYNTH,
+            "--space",
+            str(space),
+            "--sla-ttft-ms",
+            "1",
+            "-o",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ]
+    )
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert "0 meet" in printed and "the closest" in printed and "TTFT p90" in printed
+    # The results are written all the same.
+    assert len((tmp_path / "o" / "results.csv").read_text().splitlines()) == 5
+
+
+def test_ray_asked_for_but_missing_exits_2(tmp_path, space, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    code = main(
+        [
+            "sweep",
+            *SYNTH,
+            "--space",
+            str(space),
+            "--executor",
+            "ray",
+            "-o",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ]
+    )
+    assert code == 2
+    assert "install it with: pip install 'dynosim[ray]'" in capsys.readouterr().err
+
+
+PLAN = [
+    "plan",
+    *SYNTH[:-2],
+    "--count",
+    "300",
+    "--model",
+    "Qwen/Qwen3-32B",
+    "--system",
+    "h200_sxm",
+    "--no-progress",
+]
+
+
+@needs_aic
+def test_plan_max_gpus_below_one_worker_exits_2(tmp_path, capsys):
+    code = main(
+        [
+            *PLAN,
+            "--sla-ttft-ms",
+            "500",
+            "--max-gpus",
+            "1",
+            "--tp",
+            "2",
+            "4",
+            "-o",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert code == 2
+    assert "max_gpus 1 is below one worker of every layout" in capsys.readouterr().err
+
+
+@needs_aic
+def test_plan_no_candidate_meets_exits_1(tmp_path, capsys):
+    code = main(
+        [
+            *PLAN,
+            "--sla-ttft-ms",
+            "1",
+            "--max-gpus",
+            "2",
+            "--tp",
+            "1",
+            "--modes",
+            "aggregated",
+            "-o",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert "no candidate meets the SLA; the closest" in printed and "TTFT p90" in printed
+
+
+@needs_aic
+def test_plan_writes_the_pick_manifest(tmp_path, capsys):
+    out = tmp_path / "o"
+    code = main(
+        [
+            *PLAN,
+            "--sla-ttft-ms",
+            "600",
+            "--sla-tpot-ms",
+            "30",
+            "--max-gpus",
+            "4",
+            "--tp",
+            "1",
+            "2",
+            "-o",
+            str(out),
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "ranked candidates" in printed and "pick:" in printed
+    assert (out / "k8s_deploy.yaml").exists() and (out / "pareto.csv").exists()
+    assert "DynamoGraphDeployment" in (out / "k8s_deploy.yaml").read_text()

@@ -53,13 +53,6 @@ def kv_memory(
     memory = aic_core("sdk.memory")
     # AIC's own rule of which fraction each engine reads.
     kind = memory._BACKEND_FRACTION_KIND[target.backend]
-    layout: dict[str, Any] = {"tp_size": target.tp}
-    if target.moe:
-        layout.update(
-            attention_dp_size=target.dp,
-            moe_ep_size=target.ep,
-            moe_tp_size=target.tp * target.dp // target.ep,
-        )
     try:
         return memory.estimate_kv_cache(
             target.model_name,
@@ -71,7 +64,7 @@ def kv_memory(
             memory_fraction_kind=kind,
             memory_fraction_value=gpu_memory_utilization,
             systems_path=target.systems_path,
-            **layout,
+            **target.aic_layout(),
         )
     except Exception as e:  # AIC raises bare errors for what it cannot size
         raise ConfigError(

@@ -58,7 +58,7 @@ import numpy as np
 
 from dynosim._dependencies import aic_core
 from dynosim.aic.target import AicTarget, resolve_aic_timing
-from dynosim.config import AicTiming, OpTables
+from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables
 from dynosim.config.timing_table import write_npz
 from dynosim.errors import ConfigError
 
@@ -80,19 +80,6 @@ DECODE_BATCH_PROBES = (1, 32, 256)
 CHUNK_BATCH_PROBES = ((64, 0), (1024, 0), (256, 8192))  # (tokens, prefix)
 CHUNK_TOKEN_PROBES = ((1, 0), (8, 0), (1, 8192))  # (batch, prefix)
 CHUNK_PREFIX_PROBES = ((1, 256), (1, 4096), (8, 512))  # (batch, tokens)
-
-#: The arrays of a cached table file, named like OpTables' fields.
-TABLE_FIELDS = (
-    "tokens",
-    "non_attention_ms",
-    "chunk_batch",
-    "chunk_tokens",
-    "chunk_prefix",
-    "context_attention_ms",
-    "decode_batch",
-    "decode_context",
-    "decode_attention_ms",
-)
 
 
 def ladder(top: int) -> list[int]:
@@ -218,13 +205,6 @@ class _Engine:
 
     def __init__(self, target: AicTarget) -> None:
         engine = aic_core("sdk.engine").EngineHandle
-        layout: dict[str, Any] = {"tp_size": target.tp}
-        if target.moe:
-            layout.update(
-                attention_dp_size=target.dp,
-                moe_ep_size=target.ep,
-                moe_tp_size=target.tp * target.dp // target.ep,
-            )
         self.target = target
         try:
             self.handle = engine.compile(
@@ -233,7 +213,7 @@ class _Engine:
                 target.backend,
                 backend_version=target.backend_version,
                 systems_path=target.systems_path,
-                **layout,
+                **target.aic_layout(),
             )
             context = [op[0] for op in self.handle.run_static_per_op(batch_size=1, isl=8, osl=1)[0]]
             generation = [op[0] for op in self.handle.decode_step_per_op(8, 1000, 1)]
@@ -364,7 +344,7 @@ def build_tables(target: AicTarget) -> tuple[OpTables, dict[str, int]]:
 def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[str, int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"key": json.loads(target.key()), "tiers": tiers}, sort_keys=True)
-    arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in TABLE_FIELDS}
+    arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in OP_TABLE_ARRAYS}
     # Written beside, then renamed: a concurrent run never reads a half-written file.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -383,7 +363,7 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
             meta = json.loads(str(npz["aic_meta"]))
             if meta.get("key") != json.loads(target.key()):
                 return None
-            return OpTables(**{name: npz[name] for name in TABLE_FIELDS})
+            return OpTables(**{name: npz[name] for name in OP_TABLE_ARRAYS})
     except (OSError, ValueError, KeyError, ConfigError) as e:
         warnings.warn(f"{path}: ignoring an unreadable cached AIC table ({e})", stacklevel=3)
         return None
@@ -427,7 +407,6 @@ def aic_sections_to_tables(
 
 
 __all__ = [
-    "TABLE_FIELDS",
     "TableMemo",
     "aic_sections_to_tables",
     "aic_table_timing",

@@ -58,6 +58,20 @@ class AicTarget:
         """Whether the model is a mixture of experts (its experts split ``ep`` ways)."""
         return is_moe(self.model_name)
 
+    def aic_layout(self) -> dict[str, int]:
+        """The layout as AIC's engine and memory model take it: the TP of a rank, and for a
+        mixture-of-experts model the attention-DP ranks and the experts' split (``moe_tp_size``
+        x ``moe_ep_size`` = tp x dp GPUs). A dense model's DP ranks are replicas AIC need not
+        know of."""
+        if not self.moe:
+            return {"tp_size": self.tp}
+        return {
+            "tp_size": self.tp,
+            "attention_dp_size": self.dp,
+            "moe_ep_size": self.ep,
+            "moe_tp_size": self.tp * self.dp // self.ep,
+        }
+
     def layout(self) -> str:
         """The layout in words, e.g. ``tp=1 dp=2 ep=2``."""
         return f"tp={self.tp} dp={self.dp} ep={self.ep}"

@@ -160,6 +160,20 @@ class TableTiming(_Settings):
         return _as_lists(value)
 
 
+#: The arrays of operator tables, named like OpTables' fields.
+OP_TABLE_ARRAYS = (
+    "tokens",
+    "non_attention_ms",
+    "chunk_batch",
+    "chunk_tokens",
+    "chunk_prefix",
+    "context_attention_ms",
+    "decode_batch",
+    "decode_context",
+    "decode_attention_ms",
+)
+
+
 class OpTables(_Settings):
     """Step times assembled from operator groups, as AIConfigurator prices a pass that mixes
     prefill chunks and decodes (what an ``aic`` section becomes): every operator but attention
@@ -190,18 +204,7 @@ class OpTables(_Settings):
         description="Decode attention (ms), [batch][context]."
     )
 
-    @field_validator(
-        "tokens",
-        "non_attention_ms",
-        "chunk_batch",
-        "chunk_tokens",
-        "chunk_prefix",
-        "context_attention_ms",
-        "decode_batch",
-        "decode_context",
-        "decode_attention_ms",
-        mode="before",
-    )
+    @field_validator(*OP_TABLE_ARRAYS, mode="before")
     @classmethod
     def _arrays_to_lists(cls, value: Any) -> Any:
         return _as_lists(value)
@@ -379,6 +382,7 @@ class SimConfig(_Settings):
 
 
 __all__ = [
+    "OP_TABLE_ARRAYS",
     "TABLE_ARRAYS",
     "TIMING_MODELS",
     "AicTiming",

@@ -1,6 +1,6 @@
 """``offline_replay_bench``: time dynosim's replay of a trace, check that repeated replays give
-the same canonical report, and optionally run Dynamo's own offline replay on the same trace and
-settings for a side-by-side table.
+the same canonical report, and optionally run another simulator on the same trace and settings
+for a side-by-side table: Dynamo's own offline replay, or AISimulate's.
 
 Each iteration reads and parses the trace, then replays it (the same work Dynamo's
 ``run_mocker_trace_replay`` does in one call). Run ``offline_replay_bench --help`` or
@@ -17,7 +17,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -25,7 +25,9 @@ from typing import IO, Any, get_args
 
 from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
 from dynosim.cli.summary import render_summary
-from dynosim.compare.dynamo import DynamoReplay, DynamoRun, metric_rows
+from dynosim.compare.aisimulate import AISIMULATE_VERSION, RUN_TIMEOUT_S, AisimulateReplay
+from dynosim.compare.dynamo import DynamoReplay
+from dynosim.compare.peer import PeerRun, metric_rows
 from dynosim.config import ClusterConfig, SimConfig
 from dynosim.errors import DynosimError
 from dynosim.replay import replay
@@ -128,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="offline_replay_bench",
         description="Replay a trace with dynosim, time every iteration (trace load + replay), "
         "check that all iterations give the same canonical report, and optionally run "
-        "Dynamo's offline replay on the same trace and settings (--compare dynamo).",
+        "Dynamo's or AISimulate's replay on the same trace and settings (--compare).",
     )
     p.add_argument("trace", type=Path, help="trace file: Mooncake JSONL or Azure CSV")
     p.add_argument(
@@ -209,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         "--link-model",
         choices=["max_min", "line_rate"],
         help="disagg: links shared max-min fairly (dynosim's default) or every transfer at "
-        "line rate (Dynamo's model; the default with --compare dynamo)",
+        "line rate (Dynamo's and AISimulate's model; the default with --compare)",
     )
     p.add_argument(
         "--iterations", type=int, default=1, metavar="N", help="replays to run (default 1)"
@@ -231,12 +233,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--compare",
-        choices=["dynamo"],
-        help="also run Dynamo's offline replay (pip install 'dynosim[compare]') on the same "
-        "trace and settings, as often as --iterations, and print both side by side",
+        choices=["dynamo", "aisimulate"],
+        help="also run another simulator on the same trace and settings, as often as "
+        "--iterations, and print both side by side: dynamo, Dynamo's offline replay (pip "
+        "install 'dynosim[compare]'), or aisimulate, AISimulate's (aisimulate-core "
+        f"{AISIMULATE_VERSION}, built from this source checkout with cargo on first use)",
+    )
+    p.add_argument(
+        "--compare-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"aisimulate: stop a run after this long (default {RUN_TIMEOUT_S:g}; its SGLang "
+        "engine can spin without progress)",
     )
     return p
 
+
+#: The simulators --compare runs, by name, as the tables name them.
+_PEERS = {"dynamo": "Dynamo", "aisimulate": "AISimulate"}
 
 _DISAGG_ONLY = (
     "num_prefill_workers",
@@ -271,17 +285,23 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
             "--num-workers: counts aggregated workers; with --serving-mode disagg give "
             "--num-prefill-workers and --num-decode-workers"
         )
+    if args.compare_timeout is not None:
+        if args.compare != "aisimulate":
+            parser.error("--compare-timeout: only with --compare aisimulate")
+        if not args.compare_timeout > 0:
+            parser.error(f"--compare-timeout must be positive, got {args.compare_timeout:g}")
     link_model = args.link_model
-    if args.compare == "dynamo" and args.serving_mode == "disagg":
+    peer_disagg = args.compare is not None and args.serving_mode == "disagg"
+    if peer_disagg:
         if link_model == "max_min":
             parser.error(
-                "--link-model max_min: Dynamo moves every transfer at line rate; "
-                "--compare dynamo needs --link-model line_rate"
+                f"--link-model max_min: {_PEERS[args.compare]} moves every transfer at line "
+                f"rate; --compare {args.compare} needs --link-model line_rate"
             )
         link_model = "line_rate"
     data: dict[str, Any] = SimConfig().model_dump()
-    if args.compare == "dynamo" and args.serving_mode == "disagg":
-        # Count first tokens as Dynamo does: after the decode worker's first pass.
+    if peer_disagg:
+        # Count first tokens as the peers do: after the decode worker's first pass.
         data["kv_transfer"]["first_token"] = "first_decode_pass"
     data["cluster"]["router"] = router
     data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
@@ -311,12 +331,25 @@ def _fmt(value: Any) -> str:
     return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.2f}"
 
 
-def _ratio(dynosim_ms: float, dynamo_ms: float) -> str:
-    return f"{dynamo_ms / dynosim_ms:,.1f}x faster" if dynosim_ms > 0 else "-"
+def _ratio(dynosim_ms: float, peer_ms: float) -> str:
+    return f"{peer_ms / dynosim_ms:,.1f}x faster" if dynosim_ms > 0 else "-"
 
 
-def timing_table(timings: Sequence[IterationTiming], dynamo_runs: Sequence[DynamoRun]) -> Any:
-    """A rich Table of every iteration's cost (ms, MiB), Dynamo's runs below dynosim's."""
+@dataclass(frozen=True)
+class Peer:
+    """Another simulator run beside dynosim: its name in the tables, its key in the timings
+    JSONL, the title of the side-by-side table, and one run of it."""
+
+    name: str
+    key: str
+    title: str
+    run: Callable[[], PeerRun]
+
+
+def timing_table(
+    timings: Sequence[IterationTiming], peer_name: str = "", peer_runs: Sequence[PeerRun] = ()
+) -> Any:
+    """A rich Table of every iteration's cost (ms, MiB), the peer's runs below dynosim's."""
     from rich.table import Table
 
     table = Table(title="iterations (ms; peak RSS in MiB)", title_justify="left")
@@ -327,10 +360,10 @@ def timing_table(timings: Sequence[IterationTiming], dynamo_runs: Sequence[Dynam
             f"dynosim {t.iteration}",
             *(_fmt(v) for v in (t.trace_load_ms, t.replay_ms, t.wall_ms, t.cpu_ms, t.peak_rss_mib)),
         )
-    for i, run in enumerate(dynamo_runs, start=1):
+    for i, run in enumerate(peer_runs, start=1):
         table.add_row(
-            f"Dynamo {i}",
-            "(inside)",
+            f"{peer_name} {i}",
+            "(inside)" if run.trace_load_ms is None else _fmt(run.trace_load_ms),
             *(_fmt(v) for v in (run.simulation_ms, run.wall_ms, run.cpu_ms, run.peak_rss_mib)),
         )
     return table
@@ -339,12 +372,13 @@ def timing_table(timings: Sequence[IterationTiming], dynamo_runs: Sequence[Dynam
 def comparison_table(
     report: Report,
     timings: Sequence[IterationTiming],
-    dynamo_runs: Sequence[DynamoRun],
-    dynamo_version: str,
+    peer_name: str,
+    peer_runs: Sequence[PeerRun],
+    title: str,
 ) -> Any:
-    """The side-by-side rich Table: medians of wall and CPU time (ms) with Dynamo's time over
+    """The side-by-side rich Table: medians of wall and CPU time (ms) with the peer's time over
     dynosim's, then every metric of ``dynosim.compare.METRICS`` with its relative difference
-    (dynosim - Dynamo) / Dynamo."""
+    (dynosim - peer) / peer."""
     from rich.table import Table
 
     def median(values: Any) -> float:
@@ -352,33 +386,31 @@ def comparison_table(
 
     n = len(timings)
     table = Table(
-        title=f"dynosim vs Dynamo {dynamo_version} offline replay (median of {n} run"
-        f"{'s' if n > 1 else ''} each)",
-        title_justify="left",
+        title=f"{title} (median of {n} run{'s' if n > 1 else ''} each)", title_justify="left"
     )
     table.add_column("metric", style="bold")
     table.add_column("dynosim", justify="right")
-    table.add_column("Dynamo", justify="right")
+    table.add_column(peer_name, justify="right")
     table.add_column("difference", justify="right")
     for label, ours, theirs in (
         (
             "wall: trace load + replay (ms)",
             median(t.wall_ms for t in timings),
-            median(r.wall_ms for r in dynamo_runs),
+            median(r.wall_ms for r in peer_runs),
         ),
         (
             "wall: replay only (ms)",
             median(t.replay_ms for t in timings),
-            median(r.simulation_ms for r in dynamo_runs),
+            median(r.simulation_ms for r in peer_runs),
         ),
         (
             "CPU: trace load + replay (ms)",
             median(t.cpu_ms for t in timings),
-            median(r.cpu_ms for r in dynamo_runs),
+            median(r.cpu_ms for r in peer_runs),
         ),
     ):
         table.add_row(label, _fmt(ours), _fmt(theirs), _ratio(ours, theirs))
-    for label, ours, theirs, rel in metric_rows(report, dynamo_runs[-1].summary):
+    for label, ours, theirs, rel in metric_rows(report, peer_runs[-1].summary):
         diff = "-" if rel is None else f"{rel * 100:+.2f} %"
         table.add_row(label, _fmt(ours), _fmt(theirs), diff)
     return table
@@ -393,17 +425,36 @@ def _open(path: Path | None) -> IO[str] | None:
     return None if path is None else path.open("w", encoding="utf-8")
 
 
+def make_peer(args: argparse.Namespace, config: SimConfig, rss: PeakRss) -> Peer | None:
+    """The simulator ``--compare`` names, checked (and AISimulate built) so that an unusable
+    trace, setting or install fails before any replay; None without ``--compare``."""
+    name = _PEERS.get(args.compare or "")
+    if args.compare == "dynamo":
+        dynamo = DynamoReplay(args.trace, config, args.trace_block_size)
+        title = f"dynosim vs Dynamo {version('ai-dynamo-runtime')} offline replay"
+        # In this process: the peak memory is measured around each call.
+        return Peer(name, args.compare, title, lambda: dynamo.run(rss))
+    if args.compare == "aisimulate":
+        aisim = AisimulateReplay(
+            args.trace,
+            config,
+            args.trace_block_size,
+            timeout_s=args.compare_timeout or RUN_TIMEOUT_S,
+            announce=lambda command: print(f"offline_replay_bench: {command}", file=sys.stderr),
+        )
+        title = f"dynosim vs AISimulate (aisimulate-core {AISIMULATE_VERSION}) replay"
+        return Peer(name, args.compare, title, aisim.run)
+    return None
+
+
 def _run(args: argparse.Namespace, config: SimConfig) -> int:
     from rich.console import Console
 
     console = Console()
-    dynamo = None
-    if args.compare == "dynamo":
-        # Built first so an unusable trace, setting or install fails before any replay.
-        dynamo = DynamoReplay(args.trace, config, args.trace_block_size)
     rss = PeakRss()
+    peer = make_peer(args, config, rss)
     timings: list[IterationTiming] = []
-    dynamo_runs: list[DynamoRun] = []
+    peer_runs: list[PeerRun] = []
     first_json: str | None = None
     first_digest = ""
     mismatch: str | None = None
@@ -423,14 +474,14 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
             elif digest != first_digest and mismatch is None:
                 where = first_difference(json.loads(first_json), json.loads(canonical))
                 mismatch = f"iteration {i}'s canonical report differs from iteration 1's at {where}"
-        if dynamo is not None:
+        if peer is not None:
             # After every dynosim iteration: Dynamo's memory stays mapped in this process and
             # would otherwise show in dynosim's peak RSS.
             for i in range(1, args.iterations + 1):
-                run = dynamo.run(rss)
-                dynamo_runs.append(run)
-                # trace_load_ms is null: Dynamo reads the trace inside its call.
-                row = {"simulator": "dynamo", "iteration": i, "trace_load_ms": None}
+                run = peer.run()
+                peer_runs.append(run)
+                # trace_load_ms is null when the peer reads the trace inside its call (Dynamo).
+                row = {"simulator": peer.key, "iteration": i, "trace_load_ms": run.trace_load_ms}
                 row.update(replay_ms=run.simulation_ms, wall_ms=run.wall_ms, cpu_ms=run.cpu_ms)
                 _write_jsonl(timings_out, {**row, "peak_rss_mib": run.peak_rss_mib})
     finally:
@@ -440,9 +491,11 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
     if args.report_json is not None:
         args.report_json.write_text(report.to_json() + "\n", encoding="utf-8")
     console.print(render_summary(report, str(args.trace)))
-    console.print(timing_table(timings, dynamo_runs))
-    if dynamo_runs:
-        console.print(comparison_table(report, timings, dynamo_runs, version("ai-dynamo-runtime")))
+    if peer is None:
+        console.print(timing_table(timings))
+    else:
+        console.print(timing_table(timings, peer.name, peer_runs))
+        console.print(comparison_table(report, timings, peer.name, peer_runs, peer.title))
     if mismatch is not None:
         print(f"offline_replay_bench: error: not deterministic: {mismatch}", file=sys.stderr)
         return EXIT_NONDETERMINISTIC
@@ -462,10 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = build_config(args, parser)
         return _run(args, config)
-    except ValueError as e:  # bad trace, configuration or settings Dynamo cannot model
+    except ValueError as e:  # bad trace, configuration or settings the peer cannot model
         print(f"offline_replay_bench: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except DynosimError as e:  # a failed replay, or the compare extra missing
+    except DynosimError as e:  # a failed replay, a peer missing or failing to build
         print(f"offline_replay_bench: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:  # an output file that cannot be written

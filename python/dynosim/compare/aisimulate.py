@@ -1,0 +1,215 @@
+"""Side by side with AISimulate, the simulator dynosim grew from, through its published Rust
+core (crates.io ``aisimulate-core`` 0.13.0; its Python wheel cannot be installed from PyPI).
+
+The workspace crate ``rust/dynosim-aisim`` replays a Mooncake trace with AISimulate and prints
+its summary as JSON (:mod:`~dynosim.compare.aisimulate_build` builds it on first use). This
+module maps a dynosim configuration onto that binary's flags, runs it under a timeout and reads
+its summary, which has the keys of Dynamo's (the two share the model).
+
+Only what both simulators model can be compared; the rest raises
+:class:`~dynosim.errors.ConfigError` naming the setting:
+
+- timing other than the polynomial model;
+- in disaggregation, links shared max-min fairly (AISimulate's published replay delays each
+  transfer by its size over the full bandwidth: use ``kv_transfer.link_model: line_rate``) and
+  a first token counted at the KV's arrival (AISimulate counts it after the decode worker's
+  first pass: ``kv_transfer.first_token: first_decode_pass``);
+- routers other than round robin (the published replay composes no other placement);
+- KV offload tiers (AISimulate's G2/G3 tiers are another model: FIFO transfer lanes per rank,
+  offload writes that take bandwidth, a latency to the first byte of G3);
+- more than one data-parallel rank per worker (AISimulate spreads requests round robin over
+  every rank, not by vLLM's DP load balancer);
+- engine settings this mapping does not know (a newer dynosim setting), unless at their default.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dynosim.compare.aisimulate_build import aisimulate_binary, run_program
+from dynosim.compare.peer import (
+    PeerRun,
+    line_rate_transfer,
+    mooncake_trace,
+    polynomial_timing,
+    round_robin,
+)
+from dynosim.config import RoleView, SimConfig, resolve
+from dynosim.errors import ConfigError, DynosimError
+
+PEER = "AISimulate"
+#: The ``aisimulate-core`` release ``rust/dynosim-aisim`` is pinned to.
+AISIMULATE_VERSION = "0.13.0"
+#: Seconds one replay may take (the conversation trace takes about 6 s). AISimulate's SGLang
+#: engine can spin without progress on a request that never fits its cache.
+RUN_TIMEOUT_S = 600.0
+
+#: dynosim engine settings and the binary's flags for them.
+_ENGINE_FLAGS = (
+    ("block_size", "block-size"),
+    ("num_gpu_blocks", "num-gpu-blocks"),
+    ("max_num_seqs", "max-num-seqs"),
+    ("max_num_batched_tokens", "max-num-batched-tokens"),
+    ("enable_chunked_prefill", "chunked-prefill"),
+    ("preemption_mode", "preemption-mode"),
+    ("tensor_parallel_size", "tensor-parallel-size"),
+)
+#: Engine settings checked rather than passed: the flavour (``backend``, once dynosim has
+#: engine flavours) and the data-parallel ranks.
+_ENGINE_CHECKED = ("backend", "data_parallel_size")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _engine_flags(role: RoleView, prefix: str) -> list[str]:
+    """One role's engine and timing as the binary's flags, each as ``--{prefix}flag``."""
+    timing = polynomial_timing(role, PEER)
+    e = role.engine
+    if e.data_parallel_size != 1:
+        raise ConfigError(
+            f"{role.engine_path}.data_parallel_size: AISimulate spreads requests round robin "
+            "over every data-parallel rank rather than by vLLM's DP load balancer; compare "
+            f"with data_parallel_size 1, got {e.data_parallel_size}"
+        )
+    known = {name for name, _ in _ENGINE_FLAGS} | set(_ENGINE_CHECKED)
+    for name, field in type(e).model_fields.items():
+        value = getattr(e, name)
+        if name not in known and value != field.default:
+            raise ConfigError(
+                f"{role.engine_path}.{name}: the comparison with AISimulate does not map this "
+                f"setting; compare with its default {field.default!r}, got {value!r}"
+            )
+    # dynosim's engine is vLLM-like; an engine flavour (engine.backend) picks AISimulate's
+    # scheduler of the same name.
+    backend = getattr(e, "backend", None) or "vllm"
+    values: list[tuple[str, Any]] = [("backend", backend)]
+    values += [(flag, getattr(e, name)) for name, flag in _ENGINE_FLAGS]
+    values += [
+        ("speedup-ratio", timing.speedup_ratio),
+        ("decode-speedup-ratio", timing.decode_speedup_ratio),
+    ]
+    return [
+        arg
+        for flag, value in values
+        if value is not None
+        for arg in (f"--{prefix}{flag}", _text(value))
+    ]
+
+
+def aisimulate_args(config: SimConfig, trace_block_size: int) -> list[str]:
+    """The ``dynosim-aisim`` flags (after the trace) that replay like ``config``.
+
+    ``trace_block_size`` is the number of prompt tokens per trace hash id (512 in the public
+    Mooncake traces). Raises ConfigError for settings AISimulate cannot model.
+    """
+    round_robin(
+        config,
+        "AISimulate's published replay places requests round robin only (another "
+        "router needs a custom composition)",
+    )
+    if config.offload.g2_blocks is not None:
+        raise ConfigError(
+            "offload.g2_blocks: AISimulate's offload tiers are another model (FIFO transfer "
+            "lanes per rank, offload writes that take bandwidth, a latency to G3's first byte); "
+            f"compare without offload tiers, got {config.offload.g2_blocks}"
+        )
+    c = config.cluster
+    view = resolve(config)
+    args = [
+        "--trace-block-size",
+        str(trace_block_size),
+        "--arrival-speedup",
+        _text(c.arrival_speedup_ratio),
+    ]
+    if c.concurrency is not None:
+        args += ["--concurrency", str(c.concurrency)]
+    if c.mode == "aggregated":
+        args += ["--mode", "aggregated", "--workers", str(c.num_workers)]
+        return args + _engine_flags(view.roles["aggregated"], "")
+    args += ["--mode", "disaggregated"]
+    args += ["--prefill-workers", str(c.num_prefill_workers)]
+    args += ["--decode-workers", str(c.num_decode_workers)]
+    transfer = line_rate_transfer(view, PEER)
+    if transfer is not None:
+        args += ["--kv-bytes-per-token", str(transfer.bytes_per_token)]
+        args += ["--kv-bandwidth-gbps", _text(transfer.gbps), "--kv-sizing", transfer.sizing]
+    for role in ("prefill", "decode"):
+        args += _engine_flags(view.roles[role], f"{role}.")
+    return args
+
+
+class AisimulateReplay:
+    """AISimulate's replay of one Mooncake JSONL trace under one dynosim configuration,
+    checked, built and ready to run (as often as wanted).
+
+    ``trace_block_size`` is the number of prompt tokens per trace hash id; ``timeout_s`` bounds
+    each run (s). Construction fails early: WorkloadError for a trace AISimulate cannot read,
+    ConfigError for settings it cannot model, MissingExtraError when the binary can be neither
+    found nor built (no cargo), DynosimError when its build fails. ``announce``, if given, is
+    called with the build command before a build starts (it can take minutes).
+    """
+
+    def __init__(
+        self,
+        trace: str | Path,
+        config: SimConfig,
+        trace_block_size: int,
+        timeout_s: float = RUN_TIMEOUT_S,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self.trace = mooncake_trace(trace, PEER)
+        self.args = aisimulate_args(config, trace_block_size)
+        self.timeout_s = timeout_s
+        self.binary = aisimulate_binary(announce)
+
+    def command(self) -> list[str]:
+        """The command line of one run."""
+        return [str(self.binary), str(self.trace), *self.args]
+
+    def run(self) -> PeerRun:
+        """Replay once in a child process. Wall and CPU time (ms) are the child's; trace load,
+        replay and peak memory (MiB, None where the child cannot read it) its own measurement.
+        A failed or timed-out run raises DynosimError with AISimulate's message."""
+        try:
+            done = run_program(self.command(), self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise DynosimError(
+                f"{self.trace}: AISimulate's replay did not finish within {self.timeout_s:g} s "
+                "and was stopped (its SGLang engine can spin without progress on a request "
+                "that never fits its cache)"
+            ) from None
+        if done.returncode != 0:
+            raise DynosimError(
+                f"dynosim-aisim exited with status {done.returncode}: {done.stderr.strip()}"
+            )
+        try:
+            out = json.loads(done.stdout)
+            summary, wall = out["summary"], out["wall"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise DynosimError(
+                f"dynosim-aisim printed no summary ({e}): {done.stdout[:200]!r}"
+            ) from None
+        return PeerRun(
+            summary=summary,
+            wall_ms=done.wall_ms,
+            cpu_ms=done.cpu_ms,
+            simulation_ms=float(wall["replay_ms"]),
+            trace_load_ms=float(wall["trace_load_ms"]),
+            peak_rss_mib=out.get("peak_rss_mib"),
+        )
+
+
+__all__ = [
+    "AISIMULATE_VERSION",
+    "RUN_TIMEOUT_S",
+    "AisimulateReplay",
+    "aisimulate_args",
+]

@@ -1,0 +1,289 @@
+//! The command line: a trace, a topology, the engine of each role and the KV transfers.
+//!
+//! Engine flags without a prefix set every role; in disaggregated mode `--prefill.FLAG` and
+//! `--decode.FLAG` set one role's (the prefix keeps `--decode.decode-speedup-ratio` readable).
+//! An engine setting not given keeps AISimulate's default for the role's backend.
+
+use std::path::PathBuf;
+
+use aisimulate_core::engine::{Backend, PreemptionMode, TransferTimingMode};
+use serde::de::DeserializeOwned;
+
+pub const USAGE: &str = "\
+usage: dynosim-aisim TRACE [--trace-block-size TOKENS] [--arrival-speedup R] [--concurrency N]
+         [--mode aggregated|disaggregated] [--workers N]
+         [--prefill-workers N] [--decode-workers N]
+         [--kv-bytes-per-token BYTES] [--kv-bandwidth-gbps GB/s]
+         [--kv-sizing full_prompt|destination_missing]
+         [ENGINE FLAGS] [--prefill.ENGINE FLAG ...] [--decode.ENGINE FLAG ...]
+         [--per-request FILE.jsonl]
+engine flags: --backend vllm|trtllm|sglang, --block-size TOKENS, --num-gpu-blocks N,
+         --max-num-seqs N, --max-num-batched-tokens TOKENS, --chunked-prefill true|false,
+         --preemption-mode lifo|fifo, --speedup-ratio R, --decode-speedup-ratio R,
+         --tensor-parallel-size N
+Replays a Mooncake JSONL trace with AISimulate (aisimulate-core, round robin, polynomial timing)
+and prints its summary as one JSON object. Exit status: 0 done, 2 bad arguments, 1 failed replay.";
+
+/// One role's engine settings; `None` keeps AISimulate's default for the backend.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineArgs {
+    pub backend: Option<Backend>,
+    pub block_size: Option<usize>,
+    pub num_gpu_blocks: Option<usize>,
+    pub max_num_seqs: Option<usize>,
+    pub max_num_batched_tokens: Option<usize>,
+    pub chunked_prefill: Option<bool>,
+    pub preemption_mode: Option<PreemptionMode>,
+    pub speedup_ratio: Option<f64>,
+    pub decode_speedup_ratio: Option<f64>,
+    pub tensor_parallel_size: Option<u32>,
+}
+
+impl EngineArgs {
+    /// These settings, with `fallback`'s where these have none.
+    pub fn or(&self, fallback: &EngineArgs) -> EngineArgs {
+        EngineArgs {
+            backend: self.backend.or(fallback.backend),
+            block_size: self.block_size.or(fallback.block_size),
+            num_gpu_blocks: self.num_gpu_blocks.or(fallback.num_gpu_blocks),
+            max_num_seqs: self.max_num_seqs.or(fallback.max_num_seqs),
+            max_num_batched_tokens: self
+                .max_num_batched_tokens
+                .or(fallback.max_num_batched_tokens),
+            chunked_prefill: self.chunked_prefill.or(fallback.chunked_prefill),
+            preemption_mode: self.preemption_mode.or(fallback.preemption_mode),
+            speedup_ratio: self.speedup_ratio.or(fallback.speedup_ratio),
+            decode_speedup_ratio: self.decode_speedup_ratio.or(fallback.decode_speedup_ratio),
+            tensor_parallel_size: self.tensor_parallel_size.or(fallback.tensor_parallel_size),
+        }
+    }
+
+    /// Sets the engine flag `name` (without `--` or role prefix) from `value`; `Ok(false)`
+    /// when `name` is no engine flag.
+    fn set(&mut self, name: &str, value: &str) -> Result<bool, String> {
+        let flag = || format!("--{name}");
+        match name {
+            "backend" => self.backend = Some(variant(&flag(), value)?),
+            "block-size" => self.block_size = Some(number(&flag(), value)?),
+            "num-gpu-blocks" => self.num_gpu_blocks = Some(number(&flag(), value)?),
+            "max-num-seqs" => self.max_num_seqs = Some(number(&flag(), value)?),
+            "max-num-batched-tokens" => self.max_num_batched_tokens = Some(number(&flag(), value)?),
+            "chunked-prefill" => self.chunked_prefill = Some(number(&flag(), value)?),
+            "preemption-mode" => self.preemption_mode = Some(variant(&flag(), value)?),
+            "speedup-ratio" => self.speedup_ratio = Some(number(&flag(), value)?),
+            "decode-speedup-ratio" => self.decode_speedup_ratio = Some(number(&flag(), value)?),
+            "tensor-parallel-size" => self.tensor_parallel_size = Some(number(&flag(), value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Aggregated workers, or prefill and decode workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Aggregated { workers: usize },
+    Disaggregated { prefill: usize, decode: usize },
+}
+
+/// KV transfers from prefill to decode workers (disaggregated mode): a fixed delay of
+/// tokens x bytes per token / bandwidth, or none when either is unset.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transfer {
+    pub bytes_per_token: Option<usize>,
+    pub bandwidth_gbps: Option<f64>,
+    pub sizing: TransferTimingMode,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    pub trace: PathBuf,
+    /// Prompt tokens per trace hash id.
+    pub trace_block_size: usize,
+    /// Divides every inter-arrival gap and session delay of the trace.
+    pub arrival_speedup: f64,
+    /// Closed loop: at most this many sessions in flight.
+    pub concurrency: Option<usize>,
+    pub topology: Topology,
+    pub transfer: Transfer,
+    /// Flags without a role prefix (every role).
+    pub engine: EngineArgs,
+    pub prefill: EngineArgs,
+    pub decode: EngineArgs,
+    pub per_request: Option<PathBuf>,
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{flag}: invalid value {value:?}"))
+}
+
+/// A snake_case name of one of AISimulate's enums (its own serde spelling).
+fn variant<T: DeserializeOwned>(flag: &str, value: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(value.to_owned()))
+        .map_err(|e| format!("{flag}: {e}"))
+}
+
+/// Parses the arguments after the program name; `Ok(None)` when help was asked for.
+pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut it = argv.into_iter();
+    let mut trace = None;
+    let mut mode: Option<String> = None;
+    let mut workers = None;
+    let mut prefill_workers = None;
+    let mut decode_workers = None;
+    let mut a = Args {
+        trace: PathBuf::new(),
+        trace_block_size: 512,
+        arrival_speedup: 1.0,
+        concurrency: None,
+        topology: Topology::Aggregated { workers: 1 },
+        transfer: Transfer {
+            bytes_per_token: None,
+            bandwidth_gbps: None,
+            sizing: TransferTimingMode::FullPrompt,
+        },
+        engine: EngineArgs::default(),
+        prefill: EngineArgs::default(),
+        decode: EngineArgs::default(),
+        per_request: None,
+    };
+    let mut disagg_flags = Vec::new();
+    while let Some(arg) = it.next() {
+        if arg == "-h" || arg == "--help" {
+            return Ok(None);
+        }
+        let Some(name) = arg.strip_prefix("--") else {
+            if trace.replace(PathBuf::from(&arg)).is_some() {
+                return Err(format!("more than one trace given: {arg}\n{USAGE}"));
+            }
+            continue;
+        };
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{arg} needs a value\n{USAGE}"))?;
+        let (role, engine_flag) = match name.split_once('.') {
+            Some(("prefill", flag)) => (Some(&mut a.prefill), flag),
+            Some(("decode", flag)) => (Some(&mut a.decode), flag),
+            Some(_) => return Err(format!("unknown flag {arg}\n{USAGE}")),
+            None => (None, name),
+        };
+        if let Some(role) = role {
+            if !role.set(engine_flag, &value)? {
+                return Err(format!("{arg}: {engine_flag} is no engine flag\n{USAGE}"));
+            }
+            disagg_flags.push(arg);
+            continue;
+        }
+        if a.engine.set(name, &value)? {
+            continue;
+        }
+        match name {
+            "trace-block-size" => a.trace_block_size = number(&arg, &value)?,
+            "arrival-speedup" => a.arrival_speedup = number(&arg, &value)?,
+            "concurrency" => a.concurrency = Some(number(&arg, &value)?),
+            "mode" => mode = Some(value),
+            "workers" => workers = Some(number(&arg, &value)?),
+            "prefill-workers" => prefill_workers = Some(number(&arg, &value)?),
+            "decode-workers" => decode_workers = Some(number(&arg, &value)?),
+            "kv-bytes-per-token" => a.transfer.bytes_per_token = Some(number(&arg, &value)?),
+            "kv-bandwidth-gbps" => a.transfer.bandwidth_gbps = Some(number(&arg, &value)?),
+            "kv-sizing" => a.transfer.sizing = variant(&arg, &value)?,
+            "per-request" => a.per_request = Some(PathBuf::from(value)),
+            _ => return Err(format!("unknown flag {arg}\n{USAGE}")),
+        }
+        if matches!(
+            name,
+            "prefill-workers"
+                | "decode-workers"
+                | "kv-bytes-per-token"
+                | "kv-bandwidth-gbps"
+                | "kv-sizing"
+        ) {
+            disagg_flags.push(arg);
+        }
+    }
+    a.trace = trace.ok_or_else(|| format!("no trace given\n{USAGE}"))?;
+    a.topology = match mode.as_deref().unwrap_or("aggregated") {
+        "aggregated" => {
+            if let Some(flag) = disagg_flags.first() {
+                return Err(format!("{flag}: only with --mode disaggregated"));
+            }
+            Topology::Aggregated {
+                workers: workers.unwrap_or(1),
+            }
+        }
+        "disaggregated" => {
+            if workers.is_some() {
+                return Err(
+                    "--workers: counts aggregated workers; with --mode disaggregated \
+                            give --prefill-workers and --decode-workers"
+                        .to_owned(),
+                );
+            }
+            Topology::Disaggregated {
+                prefill: prefill_workers.unwrap_or(1),
+                decode: decode_workers.unwrap_or(1),
+            }
+        }
+        other => {
+            return Err(format!(
+                "--mode: expected aggregated or disaggregated, got {other:?}"
+            ))
+        }
+    };
+    if !(a.arrival_speedup.is_finite() && a.arrival_speedup > 0.0) {
+        return Err(format!(
+            "--arrival-speedup: must be a positive number, got {}",
+            a.arrival_speedup
+        ));
+    }
+    Ok(Some(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Result<Args, String> {
+        parse(line.split_whitespace().map(str::to_owned)).map(|a| a.expect("not --help"))
+    }
+
+    #[test]
+    fn role_flags_override_shared_ones() {
+        let a = args(
+            "t.jsonl --mode disaggregated --prefill-workers 2 --decode-workers 3 \
+             --num-gpu-blocks 100 --decode.num-gpu-blocks 50 --decode.decode-speedup-ratio 2 \
+             --kv-bytes-per-token 8 --kv-bandwidth-gbps 2.5 --kv-sizing destination_missing",
+        )
+        .unwrap();
+        assert_eq!(
+            a.topology,
+            Topology::Disaggregated {
+                prefill: 2,
+                decode: 3
+            }
+        );
+        assert_eq!(a.prefill.or(&a.engine).num_gpu_blocks, Some(100));
+        let decode = a.decode.or(&a.engine);
+        assert_eq!(decode.num_gpu_blocks, Some(50));
+        assert_eq!(decode.decode_speedup_ratio, Some(2.0));
+        assert_eq!(a.transfer.bytes_per_token, Some(8));
+        assert_eq!(a.transfer.bandwidth_gbps, Some(2.5));
+        assert_eq!(a.transfer.sizing, TransferTimingMode::DestinationMissing);
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = |line| args(line).unwrap_err();
+        assert!(err("t.jsonl --backend tgi").starts_with("--backend: unknown variant `tgi`"));
+        assert!(err("t.jsonl --workers x").starts_with("--workers: invalid value \"x\""));
+        assert!(err("t.jsonl --decode.num-gpu-blocks 5")
+            .starts_with("--decode.num-gpu-blocks: only with --mode disaggregated"));
+        assert!(err("t.jsonl --prefill.workers 5").starts_with("--prefill.workers: workers is no"));
+        assert!(err("t.jsonl --arrival-speedup 0").starts_with("--arrival-speedup: must be"));
+        assert!(err("--workers 2").starts_with("no trace given"));
+        assert_eq!(parse(["t.jsonl".to_owned(), "--help".to_owned()]), Ok(None));
+    }
+}

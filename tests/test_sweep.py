@@ -12,8 +12,8 @@ import pytest
 
 import dynosim
 from dynosim import Sla, Space, sweep
+from dynosim._files import write_atomic
 from dynosim.errors import ConfigError
-from dynosim.plan.result import write_atomic
 
 # Four requests at t=0, 64-token prompts (one block each, no shared prefix), 11 output tokens.
 ROWS = [(0.0, 64, 11, [i]) for i in range(4)]

@@ -16,9 +16,9 @@ and ``cli`` sit on top. Names from ``deploy`` are imported on first use.
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from dynosim._version import VERSION
 from dynosim.config import (
     ClusterConfig,
     EngineConfig,
@@ -40,13 +40,14 @@ from dynosim.errors import (
     DynosimError,
     ManifestError,
     MissingExtraError,
+    ReportError,
     SimulationError,
     WorkloadError,
 )
 from dynosim.links import max_min_rates
 from dynosim.plan import PlanResult, Sla, Space, SweepResult, plan, sweep
 from dynosim.replay import replay
-from dynosim.report import REJECT_REASONS, Report
+from dynosim.report import REJECT_REASONS, Report, load_report
 from dynosim.workload import (
     MeasuredRun,
     SyntheticWorkload,
@@ -101,10 +102,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-try:
-    __version__ = version("dynosim")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+__version__ = VERSION
 
 __all__ = [
     "REJECT_REASONS",
@@ -128,6 +126,7 @@ __all__ = [
     "RenderedManifest",
     "Report",
     "ReportConfig",
+    "ReportError",
     "RoleConfig",
     "SimConfig",
     "SimulationError",
@@ -144,6 +143,7 @@ __all__ = [
     "load_candidate",
     "load_config",
     "load_measured",
+    "load_report",
     "load_timing_table",
     "load_trace",
     "lower_workload",

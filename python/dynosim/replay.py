@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from dynosim import _core
+from dynosim._version import VERSION
 from dynosim.config import AicTiming, SimConfig, load_config
-from dynosim.report import Report
+from dynosim.report import Report, config_sha256
 from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
+from dynosim.workload.identity import identity
 
 #: Runs shorter than this (s) show no progress bar.
 _PROGRESS_AFTER_S = 1.0
@@ -20,12 +22,14 @@ _PROGRESS_AFTER_S = 1.0
 
 def _columns(
     workload: TraceWorkload | SyntheticWorkload | TraceColumns | str | Path,
-) -> TraceColumns:
+) -> tuple[TraceColumns, dict[str, str]]:
+    """The requests of ``workload`` and what names them (a trace's file name and hash)."""
     if isinstance(workload, TraceColumns):
-        return workload
+        return workload, identity(workload, workload)
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
-    return workload.columns()
+    columns = workload.columns()
+    return columns, identity(workload, columns)
 
 
 def core_config(config: SimConfig, memo: dict | None = None) -> tuple[str, dict[str, Any]]:
@@ -68,11 +72,11 @@ def replay(
     stays as given; its ``provenance["timing"]`` entry names the tables that priced it.
     """
     cfg = load_config(config)
-    cols = _columns(workload)
+    cols, trace = _columns(workload)
     config_json, priced = core_config(cfg)
     args = (cols, config_json)
     raw = _core.replay(*args) if not progress else _run_with_progress(args, len(cols))
-    notes = dict(provenance or {})
+    notes: dict[str, Any] = {"dynosim_version": VERSION, "trace": trace, **(provenance or {})}
     if priced:
         notes["timing"] = priced
         # Report the sections as given: the tables are named by their provenance.
@@ -84,6 +88,7 @@ def replay(
                 holder, given_holder = holder[part], given_holder[part]
             holder["timing"] = given_holder["timing"]
         raw["config_json"] = json.dumps(config_out)
+    notes["config_sha256"] = config_sha256(json.loads(raw["config_json"]))
     return Report(raw, notes)
 
 

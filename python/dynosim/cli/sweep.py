@@ -1,5 +1,6 @@
 """``dynosim sweep``: replay a workload under every candidate of a space of configurations and
-write the table: ``results.csv``, ``results.jsonl`` and ``pareto.csv``."""
+write the table: ``results.csv``, ``results.jsonl`` and ``pareto.csv``, and the picture of
+it, ``pareto.html``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim.cli.common import EXIT_FAILED, add_workload_arguments, workload_from_args
+from dynosim._files import write_atomic
+from dynosim.cli.common import (
+    EXIT_FAILED,
+    add_workload_arguments,
+    can_plot,
+    missing_extra_is_bad_input,
+    workload_from_args,
+)
 from dynosim.cli.rows import (
     add_search_arguments,
-    missing_extra_is_bad_input,
     rows_table,
     sla_from_args,
     wide_console,
@@ -20,7 +27,7 @@ from dynosim.cli.rows import (
 from dynosim.config import load_config
 from dynosim.errors import MissingExtraError
 from dynosim.plan import Space, sweep
-from dynosim.plan.result import write_atomic
+from dynosim.views.pages import pareto_page
 
 #: Rows are appended here as replays finish; it is removed once the complete files exist.
 PARTIAL = "results.partial.jsonl"
@@ -33,7 +40,8 @@ def add_parser(sub: Any) -> None:
         help="replay a workload under every candidate of a space of configurations",
         description="Replay TRACE (or --synthetic traffic) under every candidate of --space "
         "applied to --config, and write DIR/results.csv, DIR/results.jsonl and DIR/pareto.csv "
-        "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA). "
+        "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA), "
+        "and DIR/pareto.html, every candidate on those axes (with the plot extra). "
         "Rows are appended to DIR/results.partial.jsonl as replays finish, so an interrupted "
         "sweep leaves what it computed there and no complete-looking file. Exits 1 when an SLA "
         "is given and no candidate meets it.",
@@ -58,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     workload, source = workload_from_args(args, sample_when_missing=False)
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
+    plot = can_plot(f"{out}/pareto.html")
     partial = out / PARTIAL
     handle: list[Any] = []  # opened with the first row: bad input leaves no file behind
 
@@ -87,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     result.to_csv(out / "results.csv")
     front = result.pareto()
     front.to_csv(out / "pareto.csv")
+    if plot:
+        pareto_page(result, result.best(), f"dynosim sweep of {source}", out / "pareto.html")
     partial.unlink(missing_ok=True)
     console = wide_console()
     met = len(result.feasible())
@@ -95,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         f"dynosim sweep of {source}: {len(result)} candidates, {met} meet {sla.describe()}"
         + (f", {failed} failed (see 'error' in results.csv)" if failed else "")
         + f"; wrote {out}/results.csv, results.jsonl, pareto.csv"
+        + (", pareto.html" if plot else "")
     )
     if not front.rows:
         console.print(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dynosim._dependencies import pandas
+from dynosim._files import write_atomic
 from dynosim.plan.sla import Sla
 
 #: Latency metrics of a row, each with these statistics: ``ttft_p90_ms`` and so on (ms).
@@ -272,19 +273,6 @@ class SweepResult:
         return f"SweepResult({len(self.rows)} candidates, {met} meet the SLA, {failed} failed)"
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary name beside it, renamed at the end."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def _dtype(values: list[Any]) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool | np.bool_) for v in present):
@@ -323,4 +311,4 @@ def _csv_cell(value: Any) -> str:
     return _text(value)
 
 
-__all__ = ["LATENCIES", "LATENCY_STATS", "METRICS", "SweepResult", "metrics_row", "write_atomic"]
+__all__ = ["LATENCIES", "LATENCY_STATS", "METRICS", "SweepResult", "metrics_row"]

@@ -3,6 +3,8 @@ order, and naming the file line of a row the core's workload rules refuse."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,15 @@ MAX_LENGTH = 2**32
 def unreadable(path: Path, exc: OSError) -> WorkloadError:
     """The error for a trace file that cannot be read."""
     return WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}")
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, as hex (what ``sha256sum`` prints)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_text(path: Path) -> str:
@@ -98,6 +109,7 @@ __all__ = [
     "MAX_LENGTH",
     "arrival_order",
     "csr_take",
+    "file_sha256",
     "naming_lines",
     "read_lines",
     "read_text",

@@ -15,6 +15,7 @@ from dynosim.workload.azure import read_azure
 from dynosim.workload.base import WorkloadModel
 from dynosim.workload.columns import TraceColumns
 from dynosim.workload.mooncake import read_mooncake
+from dynosim.workload.reading import file_sha256
 
 
 class TraceWorkload(WorkloadModel):
@@ -31,6 +32,7 @@ class TraceWorkload(WorkloadModel):
     format: Literal["mooncake", "azure"] | None = None
     trace_block_size: int = Field(512, gt=0, strict=True)
     _columns: TraceColumns | None = PrivateAttr(default=None)
+    _sha256: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -75,6 +77,13 @@ class TraceWorkload(WorkloadModel):
             read = read_mooncake if self._trace_format() == "mooncake" else read_azure
             self._columns = read(self.path, self.trace_block_size)
         return self._columns
+
+    def sha256(self) -> str:
+        """The sha256 of the trace file's bytes (hex), computed once."""
+        if self._sha256 is None:
+            assert self.path is not None  # only a workload read from a file has a file hash
+            self._sha256 = file_sha256(self.path)
+        return self._sha256
 
     @classmethod
     def from_columns(cls, columns: TraceColumns) -> TraceWorkload:

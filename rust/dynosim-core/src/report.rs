@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::{Role, ServingMode, SimConfig};
 use crate::offload::TierCounters;
-use crate::stats::{Distribution, WeightedSamples};
+use crate::stats::{Cdf, Distribution, WeightedSamples};
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +232,8 @@ pub struct Summary {
     pub ttst_ms: Distribution,
     pub tpot_ms: Distribution,
     pub itl_ms: Distribution,
+    /// The CDF of every inter-token gap (ms), at most 50 points per factor of ten.
+    pub itl_cdf_ms: Cdf,
     pub e2e_ms: Distribution,
     /// Prompt tokens served from the KV cache at first admission, over all prompt tokens of
     /// completed requests.
@@ -406,6 +408,7 @@ impl Report {
             ttst_ms: pick(&derived.ttst_ms),
             tpot_ms: pick(&derived.tpot_ms),
             itl_ms: records.itl.distribution(),
+            itl_cdf_ms: records.itl.cdf(),
             e2e_ms: pick(&derived.e2e_ms),
             num_transfers: transferred.len() as u64,
             transfer_bytes: transferred.iter().map(|&i| records.transfer_bytes[i]).sum(),

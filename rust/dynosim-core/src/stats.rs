@@ -1,5 +1,7 @@
 //! Exact summary statistics: mean, spread and linearly interpolated percentiles (numpy's
-//! default method) over plain or run-length weighted samples.
+//! default method) over plain or run-length weighted samples, and a bounded CDF to draw.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -31,6 +33,55 @@ impl WeightedSamples {
     /// The distribution of all samples pushed so far.
     pub fn distribution(&mut self) -> Distribution {
         Distribution::from_runs(&self.runs)
+    }
+
+    /// The CDF of all samples pushed so far, in log-spaced bins (see [`Cdf`]).
+    pub fn cdf(&self) -> Cdf {
+        Cdf::of(&self.runs)
+    }
+}
+
+/// Bins per factor of ten of a [`Cdf`]: neighbouring points are 10^(1/50) = 4.7 % apart.
+pub const CDF_BINS_PER_DECADE: f64 = 50.0;
+
+/// The share of samples at or below each of a bounded number of values, to draw the CDF of
+/// millions of samples at a fixed size. Samples fall into bins `(10^((k-1)/50), 10^(k/50)]`
+/// (one bin for samples <= 0, shown at 0); each non-empty bin gives its upper edge and the
+/// share of samples up to it, the last point the exact maximum. Empty without samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cdf {
+    pub ms: Vec<f64>,
+    pub share: Vec<f64>,
+}
+
+impl Cdf {
+    fn of(runs: &[(f64, u64)]) -> Cdf {
+        // Ordered bins: a BTreeMap, as iteration order decides the output.
+        let mut bins: BTreeMap<i32, u64> = BTreeMap::new();
+        let (mut total, mut max) = (0_u64, f64::NEG_INFINITY);
+        for &(v, c) in runs {
+            let bin = if v > 0.0 {
+                (v.log10() * CDF_BINS_PER_DECADE).ceil() as i32
+            } else {
+                i32::MIN
+            };
+            *bins.entry(bin).or_default() += c;
+            total += c;
+            max = max.max(v);
+        }
+        let mut cdf = Cdf::default();
+        let mut seen = 0;
+        for (bin, count) in bins {
+            seen += count;
+            let edge = if bin == i32::MIN {
+                0.0
+            } else {
+                10_f64.powf(f64::from(bin) / CDF_BINS_PER_DECADE)
+            };
+            cdf.ms.push(edge.min(max));
+            cdf.share.push(seen as f64 / total as f64);
+        }
+        cdf
     }
 }
 
@@ -329,6 +380,27 @@ fn select(runs: &[(u64, u64)], ranks: &[u64], out: &mut [u64]) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn cdf_bins_are_log_spaced_and_end_at_the_maximum() {
+        // 1 -> bin 0 (edge 1); 2 -> ceil(50 log10 2) = ceil(15.05) = 16, edge 10^0.32 = 2.089;
+        // 10 -> bin 50, edge 10, the maximum. Shares 2/4, 3/4, 4/4.
+        let mut s = WeightedSamples::default();
+        s.push_n(1.0, 2);
+        s.push(2.0);
+        s.push(10.0);
+        let cdf = s.cdf();
+        assert_eq!(cdf.share, vec![0.5, 0.75, 1.0]);
+        assert_eq!(cdf.ms[0], 1.0);
+        assert!((cdf.ms[1] - 10_f64.powf(0.32)).abs() < 1e-12);
+        assert_eq!(cdf.ms[2], 10.0);
+        // A gap of 0 ms has its own point at 0; no samples, no points.
+        let mut z = WeightedSamples::default();
+        z.push(0.0);
+        z.push(3.0);
+        assert_eq!(z.cdf().ms[0], 0.0);
+        assert_eq!(WeightedSamples::default().cdf(), Cdf::default());
+    }
 
     #[test]
     fn percentiles_interpolate_like_numpy() {

@@ -33,11 +33,17 @@ class ManifestError(DynosimError, ValueError):
     which file or artifact)."""
 
 
+class ReportError(DynosimError, ValueError):
+    """A saved report cannot be read: not a dynosim report, or written by an incompatible
+    version (the message names the file)."""
+
+
 __all__ = [
     "ConfigError",
     "DynosimError",
     "ManifestError",
     "MissingExtraError",
+    "ReportError",
     "SimulationError",
     "WorkloadError",
 ]

@@ -1,15 +1,20 @@
-"""The result of a replay: per-request arrays, time series, the summary, canonical JSON."""
+"""The result of a replay: per-request arrays, time series, the summary, canonical JSON, and
+reading a saved one back."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dynosim import _core
+from dynosim.errors import ReportError
 
 if TYPE_CHECKING:
     from dynosim.compare.measured import MeasuredComparison
@@ -23,6 +28,40 @@ STATUS_COMPLETED = 0
 STATUS_REJECTED = 1
 
 _LATENCIES = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms")
+
+#: What a saved report says it is. A report of another format version is refused on reading:
+#: bump the version whenever a field is renamed, removed or changes meaning.
+REPORT_FORMAT = "dynosim-report"
+REPORT_VERSION = 1
+
+#: The parts every report has.
+_PARTS = ("summary", "config", "requests", "timeseries")
+
+
+def config_sha256(config: Mapping[str, Any]) -> str:
+    """The sha256 (hex) of a configuration as canonical JSON (sorted keys, no whitespace):
+    equal for equal configurations, whatever file or order they were written in."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _array(values: list[Any]) -> np.ndarray:
+    """A JSON list back as a numpy array: null to NaN (so that column is float)."""
+    if any(v is None for v in values):
+        return np.array([math.nan if v is None else v for v in values], dtype=float)
+    return np.array(values)
+
+
+def _arrays(part: Any, where: str) -> Any:
+    """A saved ``requests`` or ``timeseries`` part with its lists back as numpy arrays."""
+    if isinstance(part, list):
+        try:
+            return _array(part)
+        except (TypeError, ValueError) as exc:
+            raise ReportError(f"{where}: not a column of numbers ({exc})") from None
+    if isinstance(part, dict):
+        return {k: _arrays(v, f"{where}.{k}") for k, v in part.items()}
+    return part
 
 
 def _plain(value: Any) -> Any:
@@ -51,10 +90,14 @@ class Report:
             (0 completed, 1 rejected), ``reject_reason`` (index into ``REJECT_REASONS``).
         timeseries: ``time_ms``, ``queued``, ``running`` and ``kv_blocks_used`` (samples x
             workers), every ``interval_ms``.
-        provenance: where derived settings came from: ``timing`` (per AIC timing section, the
+        provenance: what produced the report: ``dynosim_version``, ``config_sha256`` (of the
+            configuration as canonical JSON, :func:`config_sha256`), ``trace`` (``name`` and
+            ``sha256``: a trace file's name and the hash of its bytes, or ``synthetic`` /
+            ``columns`` and the hash of the requests), and where derived settings came from:
+            ``timing`` (per AIC timing section, the
             model, system, engine version, layout and the version whose measurements priced
             each family of operations) and ``kv_capacity`` (how ``num_gpu_blocks`` was
-            derived), when they were; empty otherwise.
+            derived), when they were.
     """
 
     def __init__(self, raw: dict[str, Any], provenance: dict[str, Any] | None = None) -> None:
@@ -67,6 +110,43 @@ class Report:
             for value in arrays.values():
                 if isinstance(value, np.ndarray):
                     value.flags.writeable = False
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "report") -> Report:
+        """A report from :meth:`to_dict`'s data (or its JSON, parsed), checking it is a dynosim
+        report of this format version; a ReportError names ``where`` and what is wrong."""
+        if not isinstance(data, dict) or "format" not in data:
+            raise ReportError(
+                f"{where}: not a dynosim report (a JSON object with a 'format' field "
+                f"{{'name': {REPORT_FORMAT!r}, ...}} was expected)"
+            )
+        form = data["format"]
+        if not isinstance(form, dict) or form.get("name") != REPORT_FORMAT:
+            raise ReportError(f"{where}: not a dynosim report (format {form!r})")
+        if form.get("version") != REPORT_VERSION:
+            made = data.get("provenance") or {}
+            by = made.get("dynosim_version", "unknown") if isinstance(made, dict) else "unknown"
+            raise ReportError(
+                f"{where}: a report of format version {form.get('version')!r} (dynosim {by}); "
+                f"this dynosim reads version {REPORT_VERSION}: replay the trace again to get a "
+                "current report"
+            )
+        for part in _PARTS:
+            if not isinstance(data.get(part), dict):
+                raise ReportError(f"{where}: field {part!r}: expected an object")
+        raw = {
+            "summary_json": json.dumps(data["summary"]),
+            "config_json": json.dumps(data["config"]),
+            "requests": _arrays(data["requests"], f"{where}: requests"),
+            "timeseries": _arrays(data["timeseries"], f"{where}: timeseries"),
+        }
+        n = data["summary"].get("num_requests")
+        for name, column in raw["requests"].items():
+            if not isinstance(column, np.ndarray) or len(column) != n:
+                raise ReportError(
+                    f"{where}: requests.{name}: expected {n} values (summary.num_requests)"
+                )
+        return cls(raw, data.get("provenance"))
 
     @property
     def num_requests(self) -> int:
@@ -89,6 +169,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """Summary, configuration, per-request columns and time series as plain Python data."""
         out = {
+            "format": {"name": REPORT_FORMAT, "version": REPORT_VERSION},
             "summary": self.summary,
             "config": self.config,
             "requests": self.requests,
@@ -105,6 +186,45 @@ class Report:
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no whitespace, null for NaN. Same inputs, same bytes."""
         return self._canonical
+
+    def to_pandas(self) -> Any:
+        """The per-request columns as a pandas DataFrame, one row per workload row (needs
+        pandas), with ``reject_reason`` as its name (empty for a completed request)."""
+        from dynosim._dependencies import pandas
+
+        pd = pandas("Report.to_pandas", "pandas")
+        frame = pd.DataFrame({k: np.asarray(v) for k, v in self.requests.items()})
+        names = np.array(REJECT_REASONS, dtype=object)[self.requests["reject_reason"]]
+        rejected = np.asarray(self.requests["status"]) == STATUS_REJECTED
+        frame["reject_reason"] = np.where(rejected, names, "")
+        frame.index.name = "request"
+        return frame
+
+    def plot(self, kind: str = "latency") -> Any:
+        """One picture of the replay as a matplotlib Figure (needs ``dynosim[plot]``):
+        ``latency`` (CDFs of TTFT, TPOT, ITL and E2E with the SLA limits), ``rates`` (arrivals
+        and completions per second), ``state`` (queue, running requests, KV blocks per worker,
+        offload tiers), ``load`` (per-worker requests, tokens and busy time; rejections by
+        reason) or ``links`` (KV-transfer link use)."""
+        from dynosim.views.figures import REPORT_FIGURES
+
+        if kind not in REPORT_FIGURES:
+            raise ValueError(f"unknown plot kind {kind!r}; choose one of {list(REPORT_FIGURES)}")
+        return REPORT_FIGURES[kind](self)
+
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The self-contained HTML page of this report (no network needed to view it; needs
+        ``dynosim[plot]``): summary, configuration, provenance and every plot. Written to
+        ``path`` when given (through a temporary file renamed at the end); returns the HTML."""
+        from dynosim.views.pages import replay_page
+
+        return replay_page(self, path)
+
+    def _repr_html_(self) -> str:
+        """A compact summary card for notebooks."""
+        from dynosim.views.card import summary_card
+
+        return summary_card(self)
 
     def latency(self, metric: str) -> dict[str, Any]:
         """The distribution of one latency metric (ms): one of ttft_ms, ttst_ms, tpot_ms,
@@ -131,4 +251,28 @@ class Report:
         )
 
 
-__all__ = ["REJECT_REASONS", "STATUS_COMPLETED", "STATUS_REJECTED", "Report"]
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
+    is not a dynosim report of this format version raises ReportError naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: not a dynosim report (not JSON: {exc})") from None
+    return Report.from_dict(data, str(path))
+
+
+__all__ = [
+    "REJECT_REASONS",
+    "REPORT_FORMAT",
+    "REPORT_VERSION",
+    "STATUS_COMPLETED",
+    "STATUS_REJECTED",
+    "Report",
+    "config_sha256",
+    "load_report",
+]

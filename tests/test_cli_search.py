@@ -40,7 +40,8 @@ def test_sweep_writes_the_table_and_the_front(tmp_path, space, capsys):
         ]
     )
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["pareto.csv", "results.csv", "results.jsonl"]
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["pareto.csv", "pareto.html", "results.csv", "results.jsonl"]
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [r["index"] for r in rows] == ["0", "1", "2", "3"]
     assert [r["cluster.num_workers"] for r in rows] == ["1", "1", "2", "2"]

@@ -90,7 +90,15 @@ def test_imports_inside_the_package_form_no_cycle():
     assert find_cycle(edges) is None
 
 
-OPTIONAL = ("aiconfigurator", "aiconfigurator_core", "dynamo", "pandas", "ray", "plotly")
+OPTIONAL = (
+    "aiconfigurator",
+    "aiconfigurator_core",
+    "dynamo",
+    "pandas",
+    "ray",
+    "plotly",
+    "matplotlib",
+)
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

@@ -63,4 +63,19 @@ def ray(feature: str) -> ModuleType:
     return _require("ray", "Ray", "ray", feature)
 
 
-__all__ = ["DYNAMO_VERSION", "aic_core", "aic_generator", "dynamo", "pandas", "ray"]
+def matplotlib() -> ModuleType:
+    """``matplotlib`` with ``matplotlib.figure`` loaded, for plots (the ``plot`` extra);
+    figures are drawn without pyplot, so no display backend is needed."""
+    _require("matplotlib.figure", "matplotlib", "plot", "plots and HTML reports")
+    return importlib.import_module("matplotlib")
+
+
+__all__ = [
+    "DYNAMO_VERSION",
+    "aic_core",
+    "aic_generator",
+    "dynamo",
+    "matplotlib",
+    "pandas",
+    "ray",
+]

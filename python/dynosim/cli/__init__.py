@@ -1,5 +1,6 @@
 """The ``dynosim`` command line, one module per command: ``replay``, ``sweep``, ``plan``,
-``schema``, ``render`` and ``validate`` (DGD manifests)."""
+``report`` (HTML pages of saved reports), ``schema``, ``render`` and ``validate`` (DGD
+manifests)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from dynosim.cli import plan, render, replay, schema, sweep, validate
+from dynosim.cli import plan, render, replay, report, schema, sweep, validate
 from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
 from dynosim.errors import DynosimError
 
@@ -16,6 +17,7 @@ COMMANDS: dict[str, ModuleType] = {
     "replay": replay,
     "sweep": sweep,
     "plan": plan,
+    "report": report,
     "schema": schema,
     "render": render,
     "validate": validate,

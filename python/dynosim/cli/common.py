@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim.errors import DynosimError
+from dynosim.errors import DynosimError, MissingExtraError
 from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
 
 #: Exit codes: bad input (trace, config, flags) and a failed simulation.
@@ -17,6 +18,23 @@ EXIT_FAILED = 1
 
 class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
+
+
+def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
+    """An extra asked for on the command line but not installed is a usage error (exit 2)."""
+    return UsageError(str(exc))
+
+
+def can_plot(what: str) -> bool:
+    """Whether the plot extra is installed; if not, says on stderr that ``what`` is skipped."""
+    from dynosim._dependencies import matplotlib
+
+    try:
+        matplotlib()
+    except MissingExtraError as e:
+        print(f"dynosim: {what} not written: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def add_workload_arguments(parser: Any, extra_formats: tuple[str, ...] = ()) -> None:
@@ -69,5 +87,7 @@ __all__ = [
     "EXIT_FAILED",
     "UsageError",
     "add_workload_arguments",
+    "can_plot",
+    "missing_extra_is_bad_input",
     "workload_from_args",
 ]

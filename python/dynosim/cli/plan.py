@@ -1,6 +1,7 @@
 """``dynosim plan``: the deployment of a model that serves a workload within an SLA on the
-fewest GPUs; prints the ranked candidates, writes ``pareto.csv``, ``replays.csv`` and the
-pick's manifest (``k8s_deploy.yaml`` and AIC's other artifacts)."""
+fewest GPUs; prints the ranked candidates, writes ``pareto.csv``, ``replays.csv``, their
+picture ``pareto.html`` and the pick's manifest (``k8s_deploy.yaml`` and AIC's other
+artifacts)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim.cli.common import EXIT_FAILED, UsageError, add_workload_arguments, workload_from_args
+from dynosim.cli.common import (
+    EXIT_FAILED,
+    UsageError,
+    add_workload_arguments,
+    can_plot,
+    missing_extra_is_bad_input,
+    workload_from_args,
+)
 from dynosim.cli.rows import (
     add_search_arguments,
-    missing_extra_is_bad_input,
     rows_table,
     sla_from_args,
     wide_console,
@@ -21,6 +28,7 @@ from dynosim.config import load_config
 from dynosim.deploy import RenderOptions
 from dynosim.errors import MissingExtraError
 from dynosim.plan import plan
+from dynosim.views.pages import pareto_page
 
 #: The row columns a plan prints (the layout names the TP sizes).
 SHOWN = ("layout", "replicas", "prefill_workers", "decode_workers")
@@ -35,8 +43,9 @@ def add_parser(sub: Any) -> None:
         "TP x replicas; disaggregated prefill TP x decode TP x worker counts) within "
         "--max-gpus, each timed with AIC, for the fewest GPUs meeting the SLA on TRACE (or "
         "--synthetic traffic), by bisection over worker counts. Prints the ranked candidates, "
-        "writes DIR/pareto.csv, DIR/replays.csv and the pick's DIR/k8s_deploy.yaml (validated "
-        "against it). Exits 1 when no candidate meets the SLA (the closest are shown). Needs "
+        "writes DIR/pareto.csv, DIR/replays.csv, DIR/pareto.html (every replay on the Pareto "
+        "axes, with the plot extra) and the pick's DIR/k8s_deploy.yaml (validated against it). "
+        "Exits 1 when no candidate meets the SLA (the closest are shown). Needs "
         "pip install 'dynosim[aic]'.",
     )
     add_workload_arguments(p)
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
     workload, source = workload_from_args(args, sample_when_missing=False)
+    plot = can_plot(f"{args.output}/pareto.html")
     options = RenderOptions(dynamo_version=args.dynamo_version) if args.dynamo_version else None
     try:
         result = plan(
@@ -98,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result.replays.to_csv(out / "replays.csv")
     result.pareto.to_csv(out / "pareto.csv")
+    if plot:
+        title = f"dynosim plan of {source}: {args.model} on {args.system}"
+        pareto_page(result.replays, result.pick, title, out / "pareto.html", result.pareto.rows)
     console = wide_console()
     console.print(
         f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "
@@ -142,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_FAILED
-        console.print(f"wrote {out}/k8s_deploy.yaml (valid for the pick), pareto.csv, replays.csv")
+        console.print(
+            f"wrote {out}/k8s_deploy.yaml (valid for the pick), pareto.csv, replays.csv"
+            + (", pareto.html" if plot else "")
+        )
     return 0
 
 

@@ -8,10 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dynosim._dependencies import matplotlib
 from dynosim.cli import measured
-from dynosim.cli.common import UsageError, add_workload_arguments, workload_from_args
+from dynosim.cli.common import (
+    UsageError,
+    add_workload_arguments,
+    missing_extra_is_bad_input,
+    workload_from_args,
+)
+from dynosim.cli.output import check_output
 from dynosim.cli.summary import render_summary
 from dynosim.config import AicTiming, SimConfig, load_config, load_timing_table
+from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
 
@@ -91,6 +99,12 @@ def add_parser(sub: Any) -> None:
     o.add_argument("--g1-g2-gbps", type=float, help="each rank's G1<->G2 link per direction")
     o.add_argument("--g2-g3-gbps", type=float, help="each G2<->G3 link (or the pool's), GB/s")
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
+    r.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE.html",
+        help="write the self-contained HTML page of the report (needs dynosim[plot])",
+    )
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
@@ -232,6 +246,12 @@ def _timing(
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    if args.html is not None:
+        check_output(args.html, "--html", [args.trace, args.config])
+        try:
+            matplotlib()
+        except MissingExtraError as e:
+            raise missing_extra_is_bad_input(e) from None
     config, provenance = _config(args)
     real = measured.measured_run(args)  # None without --measured
     if real:
@@ -248,6 +268,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(report.to_json() + "\n")
     elif args.json:
         Path(args.json).write_text(report.to_json() + "\n")
+    if args.html is not None:
+        report.to_html(args.html)
+        console.print(f"wrote {args.html}")
     return 0
 
 

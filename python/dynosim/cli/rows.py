@@ -8,8 +8,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynosim.cli.common import UsageError
-from dynosim.errors import MissingExtraError
 from dynosim.plan import Sla
 
 #: Short headers of the plan's settings.
@@ -47,11 +45,6 @@ def sla_from_args(args: argparse.Namespace) -> Sla:
         ttft_stat=args.sla_percentile,
         tpot_stat=args.sla_tpot_stat,
     )
-
-
-def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
-    """An extra asked for on the command line but not installed is a usage error (exit 2)."""
-    return UsageError(str(exc))
 
 
 def wide_console() -> Any:
@@ -108,7 +101,6 @@ def rows_table(
 
 __all__ = [
     "add_search_arguments",
-    "missing_extra_is_bad_input",
     "rows_table",
     "sla_from_args",
     "wide_console",

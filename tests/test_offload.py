@@ -54,7 +54,10 @@ def test_evicted_prefix_is_onboarded_from_g2_with_its_delay():
     assert o["onboard_ms"]["mean"] == 32.0
     assert o["onboard_bytes"] == o["onboarded_blocks"] * 16e6 == 32e6
     assert o["offload_bytes"] == o["offloaded_blocks"] * 16e6
-    assert len(report.timeseries["g2_blocks_used"]) == len(report.timeseries["time_ms"])
+    ts = report.timeseries
+    assert len(ts["g2_blocks_used"]["max"]) == len(ts["time_ms"])
+    # Request 3 waited for its blocks to come up from G2 at some point.
+    assert ts["onboarding"]["max"].max() == 1.0
 
 
 def test_g3_hits_stage_through_g2():

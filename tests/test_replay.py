@@ -92,12 +92,45 @@ def test_report_contents(columns):
     report = dynosim.replay(columns(rows), {"report": {"sample_interval_ms": 1000.0}})
     ts = report.timeseries
     assert ts["time_ms"].tolist()[:3] == [0.0, 1000.0, 2000.0]
-    assert ts["kv_blocks_used"].shape == (len(ts["time_ms"]), 4)
+    assert ts["kv_blocks_used"]["max"].shape == (len(ts["time_ms"]), 4)
     assert report.requests["worker"].tolist() == [0, 1]
     assert report.summary["gpu_hours"] == pytest.approx(4 * report.summary["duration_ms"] / 3.6e6)
     with pytest.raises(ValueError):
         report.requests["ttft_ms"][0] = 1.0  # read-only views
     assert report.config["cluster"]["num_workers"] == 4
+
+
+def test_time_series_keep_each_buckets_mean_min_and_max(columns):
+    # 4-token prompts, fixed 10 ms prefill / 1 ms decode, 10 ms buckets. Request 0 (3 tokens
+    # out) prefills over [0, 10) in 1 block, decodes over [10, 12) in 2 blocks; request 1
+    # (1 token out) arrives at 15 and prefills over [15, 25) in 1 block.
+    cfg = {**small(), "report": {"sample_interval_ms": 10.0}}
+    report = dynosim.replay(columns([(0.0, 4, 3, [1]), (15.0, 4, 1, [2])], 4), cfg)
+    ts = report.timeseries
+    assert ts["time_ms"].tolist() == [0.0, 10.0, 20.0]
+    # Bucket [10, 20): running over [10, 12) and [15, 20): 7 of 10 ms; the last bucket
+    # covers [20, 25) only.
+    assert ts["running"]["mean"].tolist() == [1.0, 0.7, 1.0]
+    assert ts["running"]["min"].tolist() == [1.0, 0.0, 1.0]
+    assert ts["busy"]["mean"][:, 0].tolist() == [1.0, 0.7, 1.0]
+    # KV blocks in [10, 20): 2 for 2 ms, 0 for 3 ms, 1 for 5 ms: mean 0.9, max 2.
+    assert ts["kv_blocks_used"]["mean"][:, 0].tolist() == [1.0, 0.9, 1.0]
+    assert ts["kv_blocks_used"]["max"][:, 0].tolist() == [1.0, 2.0, 1.0]
+    # Busy 12 ms for request 0, then 10 ms for request 1.
+    assert report.summary["worker_busy_ms"] == [22.0]
+
+
+def test_a_year_long_gap_keeps_the_time_series_bounded(columns):
+    # One row a year after the first: 1 ms buckets would be 3e10 of them.
+    year_ms = 365 * 86_400_000.0
+    rows = [(0.0, 4, 2, [1]), (year_ms, 4, 2, [2])]
+    report = dynosim.replay(columns(rows, 4), {**small(), "report": {"sample_interval_ms": 1.0}})
+    ts = report.timeseries
+    assert len(ts["time_ms"]) <= 2048
+    assert ts["interval_ms"] >= year_ms / 2048
+    # The 11 ms of work at the start stays visible in the first bucket's max.
+    assert ts["running"]["max"][0] == 1.0
+    assert report.completed_requests == 2
 
 
 def test_goodput_counts_requests_within_sla(columns):

@@ -114,4 +114,4 @@ def test_data_parallel_and_tensor_parallel_gpu_count():
     # all prefilled in the first grouped pass.
     assert report.requests["worker"].tolist() == [0, 1, 0, 1]
     assert report.requests["ttft_ms"].tolist() == [10.0] * 4
-    assert report.timeseries["kv_blocks_used"].shape[1] == 2  # per worker, ranks summed
+    assert report.timeseries["kv_blocks_used"]["max"].shape[1] == 2  # per worker, ranks summed

@@ -30,10 +30,12 @@ def replay(columns: Any, config_json: str, progress: Progress | None = None) -> 
     sessions: turn n+1 is sent when turn n ends plus its delay.
 
     Returns ``summary_json``, ``config_json``, ``requests`` (dict of 1-D arrays, one entry per
-    request) and ``timeseries`` (dict of arrays). With offload tiers (``offload.g2_blocks``
-    set) ``requests`` also has ``g1_hit_blocks``, ``g2_hit_blocks``, ``g3_hit_blocks``,
-    ``onboard_start_ms`` and ``onboard_end_ms``, ``timeseries`` has ``g2_blocks_used`` and
-    ``g3_blocks_used`` (all ranks), and the summary an ``offload`` section; without tiers none
+    request) and ``timeseries`` (``sample_interval_ms``, ``interval_ms``, ``time_ms`` and per
+    series a dict of ``mean``, ``min`` and ``max`` arrays over at most 2,048 buckets). With
+    offload tiers (``offload.g2_blocks`` set) ``requests`` also has ``g1_hit_blocks``,
+    ``g2_hit_blocks``, ``g3_hit_blocks``, ``onboard_start_ms`` and ``onboard_end_ms``,
+    ``timeseries`` has ``g2_blocks_used``, ``g3_blocks_used`` and ``onboarding`` (all ranks),
+    and the summary an ``offload`` section; without tiers none
     of these keys exist. Raises WorkloadError, ConfigError or SimulationError from
     ``dynosim.errors``.
     """

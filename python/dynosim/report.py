@@ -64,11 +64,23 @@ def _arrays(part: Any, where: str) -> Any:
     return part
 
 
+def _freeze(part: dict[str, Any]) -> None:
+    """Make every array in ``part`` (and the parts it nests) read-only."""
+    for value in part.values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        elif isinstance(value, dict):
+            _freeze(value)
+
+
 def _plain(value: Any) -> Any:
     """JSON-ready: arrays to lists, NaN to null (JSON has no NaN)."""
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "f":
-            return [None if math.isnan(x) else x for x in value.tolist()]
+        missing = np.isnan(value) if value.dtype.kind == "f" else None
+        if missing is not None and missing.any():
+            out = value.astype(object)
+            out[missing] = None
+            return out.tolist()
         return value.tolist()
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -88,8 +100,15 @@ class Report:
         requests: one numpy array per field, one entry per workload row in row order: times in
             ms (NaN where a request never got there), token counts, ``worker``, ``status``
             (0 completed, 1 rejected), ``reject_reason`` (index into ``REJECT_REASONS``).
-        timeseries: ``time_ms``, ``queued``, ``running`` and ``kv_blocks_used`` (samples x
-            workers), every ``interval_ms``.
+        timeseries: the cluster's state over time in at most 2,048 buckets ``interval_ms``
+            wide starting at ``time_ms`` (the width starts at ``sample_interval_ms`` and
+            doubles while the replay spans more buckets). Each series is ``{"mean", "min",
+            "max"}`` over its buckets (time-weighted mean; a spike shorter than a bucket stays in
+            its max): ``queued`` and ``running`` requests, ``kv_blocks_used`` and ``busy``
+            (buckets x workers; busy is the share of the bucket a worker ran passes),
+            ``link_utilization`` (buckets x KV-transfer links, prefill send links first) with a
+            bandwidth, ``g2_blocks_used``, ``g3_blocks_used`` and ``onboarding`` (requests
+            waiting for tier blocks) with offload tiers.
         provenance: what produced the report: ``dynosim_version``, ``config_sha256`` (of the
             configuration as canonical JSON, :func:`config_sha256`), ``trace`` (``name`` and
             ``sha256``: a trace file's name and the hash of its bytes, or ``synthetic`` /
@@ -106,10 +125,8 @@ class Report:
         self.requests: dict[str, np.ndarray] = raw["requests"]
         self.timeseries: dict[str, Any] = raw["timeseries"]
         self.provenance: dict[str, Any] = provenance or {}
-        for arrays in (self.requests, self.timeseries):
-            for value in arrays.values():
-                if isinstance(value, np.ndarray):
-                    value.flags.writeable = False
+        _freeze(self.requests)
+        _freeze(self.timeseries)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "report") -> Report:

@@ -17,6 +17,7 @@ pub mod report;
 pub mod router;
 pub mod scheduler;
 pub mod stats;
+pub mod time_series;
 pub mod timing;
 pub mod transfer;
 pub mod workload;

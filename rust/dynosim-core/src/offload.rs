@@ -244,6 +244,11 @@ impl Tiers {
         Ok(())
     }
 
+    /// Requests waiting for their blocks to come up from G2/G3, all ranks.
+    pub fn onboarding(&self) -> usize {
+        self.onboards.len() - self.spare_onboards.len()
+    }
+
     /// Blocks G2 holds, all ranks.
     pub fn g2_used(&self) -> u32 {
         self.g2.iter().map(KvCache::inactive).sum()

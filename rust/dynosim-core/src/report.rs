@@ -1,5 +1,5 @@
 //! What a replay produces: per-request records (arrival, admission, first, second and last
-//! token, reuse, worker, status), time series sampled on a fixed grid, and the summary
+//! token, reuse, worker, status), the time series (bounded buckets of the cluster's state), and the summary
 //! (distributions of TTFT, TTST, TPOT, ITL and E2E, throughput, goodput, GPU-hours).
 
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::config::{Role, ServingMode, SimConfig};
 use crate::offload::TierCounters;
 use crate::stats::{Cdf, Distribution, WeightedSamples};
+use crate::time_series::TimeSeries;
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,23 +146,6 @@ impl Records {
     }
 }
 
-/// Cluster state sampled every `sample_interval_ms` from 0 to the end of the replay.
-#[derive(Debug, Clone, Default)]
-pub struct TimeSeries {
-    pub interval_ms: f64,
-    pub time_ms: Vec<f64>,
-    /// Requests waiting for admission, all workers.
-    pub queued: Vec<u32>,
-    /// Requests running, all workers.
-    pub running: Vec<u32>,
-    /// Active KV blocks (all ranks of a worker), row-major `[sample][worker]`.
-    pub kv_blocks_used: Vec<u32>,
-    /// Offload tiers (empty without them): blocks held in G2 and in G3, all ranks.
-    pub g2_blocks_used: Vec<u32>,
-    pub g3_blocks_used: Vec<u32>,
-    pub num_workers: usize,
-}
-
 /// Counters and cluster-wide facts the replay loop hands to the report.
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
@@ -173,6 +157,8 @@ pub struct Counters {
     pub rate_recomputations: u64,
     /// Used fraction of each KV-transfer link (one per rank), prefill send links first.
     pub link_utilization: Vec<f64>,
+    /// Time each worker spent running passes (ms).
+    pub worker_busy_ms: Vec<f64>,
     /// Offload tiers, when on.
     pub tiers: Option<TierCounters>,
 }
@@ -246,6 +232,8 @@ pub struct Summary {
     /// Used fraction of each KV-transfer link over the replay: the send link of each prefill
     /// rank, then the receive link of each decode rank (empty without a bandwidth).
     pub link_utilization: Vec<f64>,
+    /// Time each worker spent running passes (ms), in worker order.
+    pub worker_busy_ms: Vec<f64>,
     pub rate_recomputations: u64,
     /// All workers (prefill plus decode in disaggregated mode).
     pub num_workers: u32,
@@ -418,6 +406,7 @@ impl Report {
                     .map(|&i| records.transfer_end_ms[i] - records.transfer_start_ms[i]),
             ),
             link_utilization: counters.link_utilization,
+            worker_busy_ms: counters.worker_busy_ms,
             rate_recomputations: counters.rate_recomputations,
             reused_tokens,
             prefix_reuse_ratio: if total_input_tokens > 0 {

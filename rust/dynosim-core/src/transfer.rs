@@ -37,6 +37,9 @@ pub struct Transport {
     capacity: Option<(f64, f64)>,
     /// Bytes started per link, prefill send links first (line-rate and instant bookkeeping).
     started_bytes: Vec<f64>,
+    /// Line rate: transfers in flight per link, and the two links of each transfer by id.
+    line_flows: Vec<u32>,
+    line_ends: Vec<[u32; 2]>,
 }
 
 impl Transport {
@@ -69,6 +72,8 @@ impl Transport {
             num_prefill_ranks,
             capacity,
             started_bytes: vec![0.0; num_prefill_ranks + num_decode_ranks],
+            line_flows: vec![0; num_prefill_ranks + num_decode_ranks],
+            line_ends: Vec::new(),
         })
     }
 
@@ -85,6 +90,13 @@ impl Transport {
             } => {
                 let id = *next_id;
                 *next_id += 1;
+                if rate_bytes_per_ms.is_some() {
+                    let ends = [src as u32, (self.num_prefill_ranks + dst) as u32];
+                    for link in ends {
+                        self.line_flows[link as usize] += 1;
+                    }
+                    self.line_ends.push(ends);
+                }
                 let ms = rate_bytes_per_ms.map_or(0.0, |rate| bytes / rate);
                 finishes.push(now + ms, id);
                 Ok(id)
@@ -107,8 +119,17 @@ impl Transport {
     /// Append the ids of every transfer finished by `now`, in (finish time, id) order.
     pub fn pop_finished(&mut self, now: f64, out: &mut Vec<u64>) -> Result<()> {
         match &mut self.kind {
-            Kind::Timed { finishes, .. } => {
+            Kind::Timed {
+                finishes,
+                rate_bytes_per_ms,
+                ..
+            } => {
                 while let Some(id) = finishes.pop_due(now) {
+                    if rate_bytes_per_ms.is_some() {
+                        for link in self.line_ends[id as usize] {
+                            self.line_flows[link as usize] -= 1;
+                        }
+                    }
                     out.push(id);
                 }
                 Ok(())
@@ -126,6 +147,37 @@ impl Transport {
         match &self.kind {
             Kind::Timed { .. } => 0,
             Kind::Shared { net, .. } => net.recomputations(),
+        }
+    }
+
+    /// Number of links (0 without a bandwidth): prefill send links, then decode receive links.
+    pub fn num_links(&self) -> usize {
+        if self.capacity.is_some() {
+            self.started_bytes.len()
+        } else {
+            0
+        }
+    }
+
+    /// Fraction of each link's capacity in use now, into `out` (one per link). Line rate
+    /// ignores contention, so its links can show more than 1 (oversubscribed).
+    pub fn link_utilization_now(&self, out: &mut [f64]) {
+        let Some((send, recv)) = self.capacity else {
+            return;
+        };
+        for (link, u) in out.iter_mut().enumerate() {
+            let rate = match &self.kind {
+                Kind::Shared { net, .. } => net.link_rate(link),
+                Kind::Timed {
+                    rate_bytes_per_ms, ..
+                } => f64::from(self.line_flows[link]) * rate_bytes_per_ms.unwrap_or(0.0),
+            };
+            let cap = if link < self.num_prefill_ranks {
+                send
+            } else {
+                recv
+            };
+            *u = rate / cap;
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use dynosim_core::config::{AicTiming, KvShape};
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
+use dynosim_core::time_series::Shape;
 use dynosim_core::{
     parse_mooncake as parse_mooncake_rows, PreparedWorkload as CorePrepared, Report, SessionKey,
     SimConfig, SimError, Workload,
@@ -358,22 +359,24 @@ fn report_dict<'py>(
         requests.set_item("onboard_end_ms", r.onboard_end_ms.into_pyarray(py))?;
     }
     out.set_item("requests", requests)?;
+    // Each series as {"mean", "min", "max"} over the buckets; a series with a column per
+    // worker or link is 2-D (buckets x columns).
     let ts = report.timeseries;
-    let samples = ts.time_ms.len();
+    let buckets = ts.len();
     let series = PyDict::new(py);
-    series.set_item("interval_ms", ts.interval_ms)?;
-    series.set_item("time_ms", ts.time_ms.into_pyarray(py))?;
-    series.set_item("queued", ts.queued.into_pyarray(py))?;
-    series.set_item("running", ts.running.into_pyarray(py))?;
-    series.set_item(
-        "kv_blocks_used",
-        ts.kv_blocks_used
-            .into_pyarray(py)
-            .reshape([samples, ts.num_workers])?,
-    )?;
-    if tiers {
-        series.set_item("g2_blocks_used", ts.g2_blocks_used.into_pyarray(py))?;
-        series.set_item("g3_blocks_used", ts.g3_blocks_used.into_pyarray(py))?;
+    series.set_item("sample_interval_ms", ts.sample_interval_ms)?;
+    series.set_item("interval_ms", ts.interval_ms())?;
+    series.set_item("time_ms", ts.time_ms().into_pyarray(py))?;
+    for (name, b) in ts.series() {
+        let part = PyDict::new(py);
+        for (key, values) in [("mean", b.mean), ("min", b.min), ("max", b.max)] {
+            let array = values.into_pyarray(py);
+            match b.shape {
+                Shape::Scalar => part.set_item(key, array)?,
+                Shape::Columns(n) => part.set_item(key, array.reshape([buckets, n])?)?,
+            }
+        }
+        series.set_item(name, part)?;
     }
     out.set_item("timeseries", series)?;
     Ok(out)

@@ -709,6 +709,20 @@ impl LinkNetwork {
         self.recomputations
     }
 
+    /// Rate of all flows on `link` from the last solve (bytes/ms).
+    ///
+    /// # Panics
+    /// If `link` is out of range.
+    pub fn link_rate(&self, link: usize) -> f64 {
+        self.link_groups[link]
+            .iter()
+            .map(|&g| {
+                let grp = &self.groups[g as usize];
+                grp.rate * grp.members.len() as f64
+            })
+            .sum()
+    }
+
     /// Bytes delivered across `link` from time 0 up to [`now_ms`](Self::now_ms),
     /// including partial progress of active flows.
     ///

@@ -82,7 +82,7 @@ fn run(
         records.enable_tiers();
     }
     let mut onboarded: Vec<Onboard> = Vec::new();
-    let mut sampler = Sampler::new(config.report.sample_interval_ms, cluster.workers.len());
+    let mut sampler = Sampler::new(config.report.sample_interval_ms, &cluster);
     let mut queue: EventQueue<Event> = EventQueue::default();
     let mut counters = Counters::default();
     let mut finished_transfers: Vec<u64> = Vec::new();
@@ -109,7 +109,7 @@ fn run(
         };
         started = true;
         now = t;
-        sampler.record_until(now, &cluster, false);
+        sampler.record_until(now, &cluster);
         // Onboards that end now queue first, ahead of what arrives now; flows start after.
         if let Some(tiers) = &mut cluster.tiers {
             onboarded.clear();
@@ -198,7 +198,7 @@ fn run(
             p.store(records.finished as u64, Ordering::Relaxed);
         }
     }
-    sampler.record_until(now, &cluster, true);
+    sampler.finish(now, &cluster);
 
     if let Some(i) = records
         .status
@@ -217,6 +217,7 @@ fn run(
     counters.events = cluster.events;
     counters.rate_recomputations = cluster.transport.recomputations();
     counters.link_utilization = cluster.transport.utilization(now);
+    counters.worker_busy_ms = sampler.busy_ms;
     counters.tiers = cluster.tiers.as_ref().map(Tiers::finish);
     Ok(Report::build(
         records,
@@ -233,7 +234,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// Everything a replay reports except the inter-token mean and spread, whose sums depend
-    /// on the order workers push their gaps in.
+    /// on the order workers push their gaps in, and the time series' means (sums of spans).
     fn observed(report: &Report) -> String {
         let r = &report.records;
         let mut summary: serde_json::Value =
@@ -241,6 +242,11 @@ mod tests {
         let itl = &mut summary["itl_ms"];
         itl["mean"] = serde_json::Value::Null;
         itl["std"] = serde_json::Value::Null;
+        // Busy time sums the spans between loop iterations, which chaining merges: equal up to
+        // rounding.
+        for busy in summary["worker_busy_ms"].as_array_mut().expect("a list") {
+            *busy = serde_json::json!((busy.as_f64().expect("ms") * 1e6).round());
+        }
         format!(
             "{:?}",
             (
@@ -252,7 +258,13 @@ mod tests {
                     &r.decode_worker
                 ),
                 (&r.transfer_start_ms, &r.transfer_end_ms, &r.status),
-                (&r.preemptions, &report.timeseries.kv_blocks_used),
+                (
+                    &r.preemptions,
+                    report
+                        .timeseries
+                        .get("kv_blocks_used")
+                        .map(|b| (b.min, b.max))
+                ),
                 summary.to_string(),
             )
         )

@@ -1,48 +1,91 @@
-//! The time series of a replay: queue depth, running requests and KV blocks on a fixed grid.
+//! What the time series record: the cluster's state between two event instants.
 
 use super::cluster::Cluster;
-use crate::report::TimeSeries;
+use crate::time_series::{Shape, TimeSeries};
 
-/// Samples cluster state on a fixed grid of the virtual clock.
+/// Records the cluster's state over the virtual clock into bounded buckets, and each worker's
+/// busy time exactly.
 pub(super) struct Sampler {
     pub(super) series: TimeSeries,
-    next_ms: f64,
+    /// Time each worker spent running passes (ms).
+    pub(super) busy_ms: Vec<f64>,
+    last_ms: f64,
+    values: Vec<f64>,
+    links: Vec<f64>,
 }
 
 impl Sampler {
-    pub(super) fn new(interval_ms: f64, num_workers: usize) -> Self {
+    pub(super) fn new(interval_ms: f64, cluster: &Cluster) -> Self {
+        let workers = cluster.workers.len();
+        let mut names = vec![
+            ("queued", Shape::Scalar),
+            ("running", Shape::Scalar),
+            ("kv_blocks_used", Shape::Columns(workers)),
+            ("busy", Shape::Columns(workers)),
+        ];
+        let links = cluster.transport.num_links();
+        if links > 0 {
+            names.push(("link_utilization", Shape::Columns(links)));
+        }
+        if cluster.tiers.is_some() {
+            names.extend([
+                ("g2_blocks_used", Shape::Scalar),
+                ("g3_blocks_used", Shape::Scalar),
+                ("onboarding", Shape::Scalar),
+            ]);
+        }
         Sampler {
-            series: TimeSeries {
-                interval_ms,
-                num_workers,
-                ..TimeSeries::default()
-            },
-            next_ms: 0.0,
+            series: TimeSeries::new(interval_ms, names),
+            busy_ms: vec![0.0; workers],
+            last_ms: 0.0,
+            values: Vec::new(),
+            links: vec![0.0; links],
         }
     }
 
-    /// Record the (unchanged) state at every grid time before `now` (up to and including it
-    /// when `inclusive`): the state between two event instants is constant.
-    pub(super) fn record_until(&mut self, now: f64, cluster: &Cluster, inclusive: bool) {
+    /// Record the state that held from the last call until `now` (ms): the state between two
+    /// event instants is constant, so it is read before the events at `now` change it.
+    pub(super) fn record_until(&mut self, now: f64, cluster: &Cluster) {
+        if now <= self.last_ms {
+            return;
+        }
+        self.read(cluster, now);
+        self.series.record(now, &self.values);
+    }
+
+    /// Close the series at the replay's end `now` (ms) with the final state.
+    pub(super) fn finish(&mut self, now: f64, cluster: &Cluster) {
+        self.read(cluster, now);
+        self.series.finish(now, &self.values);
+    }
+
+    fn read(&mut self, cluster: &Cluster, now: f64) {
         let ranks = &cluster.ranks;
-        while self.next_ms < now || (inclusive && self.next_ms <= now) {
-            let s = &mut self.series;
-            s.time_ms.push(self.next_ms);
-            s.queued
-                .push(ranks.iter().map(|r| r.waiting_len() as u32).sum());
-            s.running
-                .push(ranks.iter().map(|r| r.running_len() as u32).sum());
-            s.kv_blocks_used.extend(
-                cluster
-                    .workers
-                    .iter()
-                    .map(|w| w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>()),
-            );
-            if let Some(tiers) = &cluster.tiers {
-                s.g2_blocks_used.push(tiers.g2_used());
-                s.g3_blocks_used.push(tiers.g3_used());
-            }
-            self.next_ms = s.time_ms.len() as f64 * s.interval_ms;
+        let span = now - self.last_ms;
+        self.last_ms = now;
+        let v = &mut self.values;
+        v.clear();
+        v.push(ranks.iter().map(|r| r.waiting_len() as f64).sum());
+        v.push(ranks.iter().map(|r| r.running_len() as f64).sum());
+        v.extend(
+            cluster
+                .workers
+                .iter()
+                .map(|w| f64::from(w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>())),
+        );
+        for (w, worker) in cluster.workers.iter().enumerate() {
+            let busy = f64::from(u8::from(worker.busy));
+            self.busy_ms[w] += busy * span;
+            v.push(busy);
+        }
+        if !self.links.is_empty() {
+            cluster.transport.link_utilization_now(&mut self.links);
+            v.extend_from_slice(&self.links);
+        }
+        if let Some(tiers) = &cluster.tiers {
+            v.push(f64::from(tiers.g2_used()));
+            v.push(f64::from(tiers.g3_used()));
+            v.push(tiers.onboarding() as f64);
         }
     }
 }

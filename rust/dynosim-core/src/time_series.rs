@@ -1,0 +1,293 @@
+//! Quantities over simulated time, kept in a bounded number of buckets.
+//!
+//! A replay's state (queue depth, running requests, KV blocks, link rates) is a step function
+//! of the virtual clock. Each bucket keeps, per column, the time integral of the value (for the
+//! mean), its minimum and its maximum, so a spike shorter than a bucket stays visible. Buckets
+//! start `sample_interval_ms` wide; when the span needs more than [`MAX_BUCKETS`] of them, the
+//! width doubles and neighbouring buckets merge. Memory is therefore proportional to the
+//! columns, never to the simulated span: a trace whose rows lie a year apart costs what a
+//! one-minute trace costs.
+
+/// Most buckets a series holds.
+pub const MAX_BUCKETS: usize = 2048;
+
+/// How many columns a series has: one value, or one per worker, link, ... (a table even
+/// when there is only one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Scalar,
+    Columns(usize),
+}
+
+impl Shape {
+    pub fn columns(self) -> usize {
+        match self {
+            Shape::Scalar => 1,
+            Shape::Columns(n) => n,
+        }
+    }
+}
+
+/// Named groups of columns sharing one bucket grid.
+#[derive(Debug, Clone, Default)]
+pub struct TimeSeries {
+    /// The bucket width the report asked for (ms).
+    pub sample_interval_ms: f64,
+    /// The bucket width in use (ms): `sample_interval_ms` times a power of two.
+    width_ms: f64,
+    /// Time up to which values were recorded (ms).
+    end_ms: f64,
+    /// Each series' name and shape, in the order `record` takes values.
+    series: Vec<(&'static str, Shape)>,
+    columns: usize,
+    /// Row-major `[bucket][column]`: value x ms, minimum, maximum.
+    integral: Vec<f64>,
+    min: Vec<f64>,
+    max: Vec<f64>,
+}
+
+/// One series over the buckets, row-major `[bucket][column]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    pub shape: Shape,
+    pub mean: Vec<f64>,
+    pub min: Vec<f64>,
+    pub max: Vec<f64>,
+}
+
+impl TimeSeries {
+    /// Empty series named with their shapes, buckets `sample_interval_ms` wide (> 0).
+    pub fn new(sample_interval_ms: f64, series: Vec<(&'static str, Shape)>) -> Self {
+        let columns = series.iter().map(|s| s.1.columns()).sum();
+        TimeSeries {
+            sample_interval_ms,
+            width_ms: sample_interval_ms,
+            end_ms: 0.0,
+            series,
+            columns,
+            integral: Vec::new(),
+            min: Vec::new(),
+            max: Vec::new(),
+        }
+    }
+
+    /// Record that every column held `values` (all series' columns in order) from where the
+    /// last record ended until `to_ms`.
+    pub fn record(&mut self, to_ms: f64, values: &[f64]) {
+        debug_assert_eq!(values.len(), self.columns);
+        let from = self.end_ms;
+        if to_ms <= from {
+            return;
+        }
+        while to_ms / self.width_ms > MAX_BUCKETS as f64 {
+            self.coarsen();
+        }
+        let w = self.width_ms;
+        let first = (from / w) as usize;
+        let last = ((to_ms / w).ceil() as usize).clamp(first + 1, MAX_BUCKETS);
+        self.grow(last);
+        let c = self.columns;
+        for b in first..last {
+            let span = to_ms.min((b + 1) as f64 * w) - from.max(b as f64 * w);
+            if span <= 0.0 {
+                continue;
+            }
+            let row = b * c;
+            for (k, &v) in values.iter().enumerate() {
+                self.integral[row + k] += v * span;
+                self.min[row + k] = self.min[row + k].min(v);
+                self.max[row + k] = self.max[row + k].max(v);
+            }
+        }
+        self.end_ms = to_ms;
+    }
+
+    /// Close the series at `end_ms` with `values` as the state there. A replay that spans no
+    /// time gets one bucket holding that instant's state.
+    pub fn finish(&mut self, end_ms: f64, values: &[f64]) {
+        self.record(end_ms, values);
+        if self.integral.is_empty() {
+            self.grow(1);
+            self.min.copy_from_slice(values);
+            self.max.copy_from_slice(values);
+        }
+    }
+
+    /// Width of the buckets in use (ms).
+    pub fn interval_ms(&self) -> f64 {
+        self.width_ms
+    }
+
+    /// Number of buckets.
+    pub fn len(&self) -> usize {
+        self.integral.len() / self.columns.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Start of each bucket (ms).
+    pub fn time_ms(&self) -> Vec<f64> {
+        (0..self.len()).map(|b| b as f64 * self.width_ms).collect()
+    }
+
+    /// Each series by name with its buckets; the mean is over the part of a bucket the replay
+    /// covered (the last bucket may end early).
+    pub fn series(&self) -> Vec<(&'static str, Buckets)> {
+        let n = self.len();
+        let c = self.columns;
+        let mut out = Vec::with_capacity(self.series.len());
+        let mut offset = 0;
+        for &(name, shape) in &self.series {
+            let cols = shape.columns();
+            let mut b = Buckets {
+                shape,
+                mean: Vec::with_capacity(n * cols),
+                min: Vec::with_capacity(n * cols),
+                max: Vec::with_capacity(n * cols),
+            };
+            for row in 0..n {
+                let covered =
+                    self.end_ms.min((row + 1) as f64 * self.width_ms) - row as f64 * self.width_ms;
+                for k in offset..offset + cols {
+                    let i = row * c + k;
+                    b.mean.push(if covered > 0.0 {
+                        self.integral[i] / covered
+                    } else {
+                        self.min[i]
+                    });
+                    b.min.push(self.min[i]);
+                    b.max.push(self.max[i]);
+                }
+            }
+            offset += cols;
+            out.push((name, b));
+        }
+        out
+    }
+
+    /// One series by name (`None` if there is none).
+    pub fn get(&self, name: &str) -> Option<Buckets> {
+        self.series()
+            .into_iter()
+            .find_map(|(n, b)| (n == name).then_some(b))
+    }
+
+    fn grow(&mut self, buckets: usize) {
+        let len = buckets * self.columns;
+        if self.integral.len() < len {
+            self.integral.resize(len, 0.0);
+            self.min.resize(len, f64::INFINITY);
+            self.max.resize(len, f64::NEG_INFINITY);
+        }
+    }
+
+    /// Double the bucket width, merging buckets `2i` and `2i + 1` into `i`.
+    fn coarsen(&mut self) {
+        let c = self.columns;
+        let n = self.len();
+        let merged = n.div_ceil(2);
+        for i in 0..merged {
+            for k in 0..c {
+                let (a, b) = (2 * i * c + k, (2 * i + 1) * c + k);
+                let (sum, lo, hi) = if 2 * i + 1 < n {
+                    (
+                        self.integral[a] + self.integral[b],
+                        self.min[a].min(self.min[b]),
+                        self.max[a].max(self.max[b]),
+                    )
+                } else {
+                    (self.integral[a], self.min[a], self.max[a])
+                };
+                self.integral[i * c + k] = sum;
+                self.min[i * c + k] = lo;
+                self.max[i * c + k] = hi;
+            }
+        }
+        self.integral.truncate(merged * c);
+        self.min.truncate(merged * c);
+        self.max.truncate(merged * c);
+        self.width_ms *= 2.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_step_inside_one_bucket_keeps_its_mean_min_and_max() {
+        // 10 ms buckets; 1 over [0, 4), 5 over [4, 6), 2 over [6, 10), 3 over [10, 15).
+        let mut s = TimeSeries::new(10.0, vec![("x", Shape::Scalar)]);
+        s.record(4.0, &[1.0]);
+        s.record(6.0, &[5.0]);
+        s.record(10.0, &[2.0]);
+        s.finish(15.0, &[3.0]);
+        let x = s.get("x").unwrap();
+        assert_eq!(s.time_ms(), vec![0.0, 10.0]);
+        // Bucket 0: (1*4 + 5*2 + 2*4) / 10 = 2.2; bucket 1 covers 5 ms of value 3.
+        assert_eq!(x.mean, vec![2.2, 3.0]);
+        assert_eq!(x.min, vec![1.0, 3.0]);
+        assert_eq!(x.max, vec![5.0, 3.0]);
+    }
+
+    #[test]
+    fn a_long_span_doubles_the_width_instead_of_growing() {
+        // A year of 1 ms buckets would be 3.2e10 of them; the width doubles until <= 2048 fit.
+        let year_ms = 365.0 * 86_400_000.0;
+        let mut s = TimeSeries::new(1.0, vec![("x", Shape::Columns(2))]);
+        s.record(1.0, &[7.0, 1.0]);
+        s.finish(year_ms, &[0.0, 1.0]);
+        assert!(s.len() <= MAX_BUCKETS);
+        assert!(s.interval_ms() >= year_ms / MAX_BUCKETS as f64);
+        let x = s.get("x").unwrap();
+        // The 1 ms spike of 7 survives in the first bucket's max; column 1 is 1 throughout.
+        assert_eq!(x.max[0], 7.0);
+        assert_eq!(x.min[0], 0.0);
+        assert!(x
+            .mean
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|&m| (m - 1.0).abs() < 1e-12));
+    }
+
+    #[test]
+    fn an_instant_replay_has_one_bucket_with_its_state() {
+        let mut s = TimeSeries::new(1000.0, vec![("a", Shape::Scalar), ("b", Shape::Scalar)]);
+        s.finish(0.0, &[3.0, 4.0]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.get("b").unwrap().mean, vec![4.0]);
+    }
+
+    proptest! {
+        /// Whatever the steps, buckets stay bounded, each mean lies within its min and max, and
+        /// the integral over all buckets equals the integral of the steps.
+        #[test]
+        fn buckets_conserve_the_integral(
+            steps in prop::collection::vec((0.0f64..1e6, 0u32..100), 1..200),
+            interval in 0.001f64..100.0,
+        ) {
+            let mut s = TimeSeries::new(interval, vec![("x", Shape::Scalar)]);
+            let (mut t, mut area) = (0.0, 0.0);
+            for &(dt, v) in &steps {
+                s.record(t + dt, &[f64::from(v)]);
+                area += dt * f64::from(v);
+                t += dt;
+            }
+            s.finish(t, &[0.0]);
+            prop_assert!(s.len() <= MAX_BUCKETS);
+            let x = s.get("x").unwrap();
+            let w = s.interval_ms();
+            let mut total = 0.0;
+            for b in 0..s.len() {
+                prop_assert!(x.min[b] <= x.mean[b] + 1e-9 && x.mean[b] <= x.max[b] + 1e-9);
+                let covered = t.min((b + 1) as f64 * w) - b as f64 * w;
+                total += x.mean[b] * covered.max(0.0);
+            }
+            prop_assert!((total - area).abs() <= 1e-9 * area.max(1.0));
+        }
+    }
+}

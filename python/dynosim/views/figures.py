@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dynosim._dependencies import matplotlib
-from dynosim.views.series import cdf, rate, timeseries, worker_names
+from dynosim.views.series import cdf, link_names, rate, timeseries, worker_names
 
 #: The ``gid`` of what marks a limit or a pick rather than showing data.
 REFERENCE = "reference"
@@ -92,29 +92,36 @@ def rates(reports: Sequence[tuple[str, Any]]) -> Any:
     return fig
 
 
-def _bands(ax: Any, series: dict[str, Any], names: Sequence[str]) -> None:
-    """Each named series as its max over time, the band down to its min shaded."""
+def _bands(ax: Any, series: dict[str, Any], names: Sequence[str], mean: bool = False) -> None:
+    """Each named series over time: its max with the band down to its min shaded, or its
+    time-weighted mean per bucket (``mean``)."""
     for name in names:
-        t, lo, hi = series[name]
-        line = ax.plot(t, hi, linewidth=0.8, label=name, drawstyle="steps-post")[0]
-        if not np.array_equal(lo, hi):
-            ax.fill_between(t, lo, hi, alpha=0.3, color=line.get_color(), step="post", lw=0)
+        t, avg, lo, hi = series[name]
+        line = ax.plot(t, avg if mean else hi, linewidth=0.8, label=name, drawstyle="steps-post")
+        if not mean and not np.array_equal(lo, hi):
+            ax.fill_between(t, lo, hi, alpha=0.3, color=line[0].get_color(), step="post", lw=0)
 
 
 def state(report: Any) -> Any:
-    """Requests waiting and running (all workers), KV blocks in use per worker, and blocks
-    held in the offload tiers when there are tiers, over time (each bucket's min-max band)."""
+    """Over time: requests waiting and running (all workers), KV blocks in use per worker
+    (each bucket's min-max band), the share of each bucket each worker ran passes, and with
+    offload tiers the blocks G2 and G3 hold and the requests waiting for them."""
     series = timeseries(report)
-    workers = [k for k in series if k.startswith("kv_blocks_used[")]
-    tiers = [k for k in ("g2_blocks_used", "g3_blocks_used") if k in series]
+
+    def each(name: str) -> list[str]:
+        return [k for k in series if k.startswith(f"{name}[")]
+
     panels = [
-        (["queued", "running"], "requests"),
-        (workers, "KV blocks in use"),
-        *([(tiers, "blocks held in tier")] if tiers else []),
+        (["queued", "running"], "requests", False),
+        (each("kv_blocks_used"), "KV blocks in use", False),
+        (each("busy"), "busy share", True),
     ]
+    if "g2_blocks_used" in series:
+        panels.append((["g2_blocks_used", "g3_blocks_used"], "blocks held in tier", False))
+        panels.append((["onboarding"], "requests onboarding", False))
     fig, axes = _figure(len(panels), 1, height=2.6)
-    for ax, (names, ylabel) in zip(axes.flat, panels, strict=True):
-        _bands(ax, series, names)
+    for ax, (names, ylabel, mean) in zip(axes.flat, panels, strict=True):
+        _bands(ax, series, names, mean)
         ax.set_ylabel(ylabel)
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)
@@ -124,8 +131,9 @@ def state(report: Any) -> Any:
 
 
 def load(report: Any) -> Any:
-    """Per worker: requests completed and tokens computed (a disaggregated request counts its
-    prompt on its prefill worker and its output on its decode worker); rejections by reason."""
+    """Per worker: requests completed, tokens computed (a disaggregated request counts its
+    prompt on its prefill worker and its output on its decode worker) and the share of the
+    replay spent running passes; rejections by reason."""
     r = report.requests
     names = worker_names(report.config, int(report.summary["num_workers"]))
     done = np.asarray(r["status"]) == 0
@@ -143,14 +151,25 @@ def load(report: Any) -> Any:
         on = done & (decode >= 0)
         np.add.at(counts, first_decode + decode[on], 1)
         np.add.at(tokens, first_decode + decode[on], outputs[on])
-    fig, axes = _figure(1, 3, width=11.0)
-    axes[0, 0].bar(names, counts)
-    axes[0, 0].set_title("requests completed", fontsize=10)
-    axes[0, 1].bar(names, tokens)
-    axes[0, 1].set_title("tokens computed", fontsize=10)
+    duration = float(report.summary["duration_ms"])
+    busy = np.asarray(report.summary["worker_busy_ms"], dtype=float) / max(duration, 1e-300)
+    fig, axes = _figure(1, 4, width=12.0)
+    for ax, values, title in (
+        (axes[0, 0], counts, "requests completed"),
+        (axes[0, 1], tokens, "tokens computed"),
+        (axes[0, 2], busy, "busy share of the replay"),
+    ):
+        ax.bar(names, values)
+        ax.set_title(title, fontsize=10)
     reasons = report.summary.get("rejections_by_reason") or {}
-    axes[0, 2].bar(list(reasons) or ["none"], list(reasons.values()) or [0])
-    axes[0, 2].set_title("rejections by reason", fontsize=10)
+    ax = axes[0, 3]
+    ax.set_title("rejections by reason", fontsize=10)
+    if reasons:
+        ax.bar(list(reasons), list(reasons.values()))
+    else:
+        ax.text(0.5, 0.5, "no rejections", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
     for ax in axes.flat:
         ax.tick_params(axis="x", labelrotation=30, labelsize=7)
         ax.grid(alpha=0.3, axis="y")
@@ -163,19 +182,25 @@ def has_links(report: Any) -> bool:
 
 
 def links(report: Any) -> Any:
-    """The used share of each KV-transfer link over the replay (prefill send links, then
-    decode receive links). Raises ValueError for a replay without links."""
+    """Each KV-transfer link's used share of its capacity: over time (mean per bucket) and
+    over the whole replay (prefill send links, then decode receive links). Raises ValueError
+    for a replay without links."""
     use = report.summary.get("link_utilization") or []
     if not use:
         raise ValueError("this replay moved no KV over links (aggregated, or no bandwidth set)")
-    p = int(report.config["cluster"]["num_prefill_workers"])
-    labels = [f"P{i} send" for i in range(p)] + [f"D{i} recv" for i in range(len(use) - p)]
-    fig, axes = _figure()
-    ax = axes[0, 0]
-    ax.bar(labels, use)
-    ax.axhline(1.0, linestyle="--", color="gray", linewidth=1, gid=REFERENCE)
-    ax.set_ylabel("used share of the replay")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    series = timeseries(report)
+    fig, axes = _figure(2, 1, height=2.8)
+    over_time, overall = axes[0, 0], axes[1, 0]
+    _bands(over_time, series, [k for k in series if k.startswith("link_utilization[")], True)
+    over_time.set_xlabel("time (s)")
+    over_time.set_ylabel("used share (mean per bucket)")
+    over_time.grid(alpha=0.3)
+    if len(use) <= 16:
+        over_time.legend(fontsize=7, ncol=min(len(use), 8))
+    overall.bar(link_names(report.config), use)
+    overall.axhline(1.0, linestyle="--", color="gray", linewidth=1, gid=REFERENCE)
+    overall.set_ylabel("used share of the replay")
+    overall.tick_params(axis="x", labelrotation=30, labelsize=7)
     return fig
 
 

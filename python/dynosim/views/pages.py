@@ -155,19 +155,26 @@ def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
         figures.state(report),
         "state",
         "Requests waiting and running, KV blocks in use per worker"
-        + (", blocks held in the offload tiers" if "g2_blocks_used" in report.timeseries else "")
-        + ": each time bucket's maximum, shaded down to its minimum.",
+        + (
+            ", blocks held in the offload tiers and requests waiting for them"
+            if "g2_blocks_used" in report.timeseries
+            else ""
+        )
+        + ": each time bucket's maximum, shaded down to its minimum; the share of each bucket "
+        "each worker ran passes.",
     )
     load = _figure(
         figures.load(report),
         "load",
-        "Per worker: requests completed, tokens computed; rejections by reason.",
+        "Per worker: requests completed, tokens computed, share of the replay running passes; "
+        "rejections by reason.",
     )
     if figures.has_links(report):
         load += _figure(
             figures.links(report),
             "links",
-            "Share of the replay each KV-transfer link was busy.",
+            "Used share of each KV-transfer link's capacity: per time bucket, and over the "
+            "whole replay.",
         )
     sections = [
         ("Summary", summary),

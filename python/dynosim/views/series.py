@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from dynosim.config import SimConfig, resolve
+
 #: Most points a plotted series keeps. The core's time series never hold more buckets than
 #: this (each with its min and max, so spikes stay visible); CDFs and event counts are reduced
 #: to it here.
@@ -51,23 +53,45 @@ def worker_names(config: dict[str, Any], num_workers: int) -> list[str]:
     return [f"P{i}" for i in range(p)] + [f"D{i}" for i in range(num_workers - p)]
 
 
-def timeseries(report: Any) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The report's time series as ``{name: (t_s, min, max)}`` over its buckets; a series with
-    one column per worker gives one entry per worker, ``name[label]``."""
+def link_names(config: dict[str, Any]) -> list[str]:
+    """A label per KV-transfer link in the report's link order: the send link of each prefill
+    rank (``P0 send``; ``P0.1 send`` for rank 1 of a data-parallel worker), then the receive
+    link of each decode rank (``D0 recv``, ...)."""
+    roles = resolve(SimConfig.model_validate(config)).roles
+    labels = []
+    for role, letter, end in (("prefill", "P", "send"), ("decode", "D", "recv")):
+        view = roles[role]
+        dp = view.engine.data_parallel_size
+        for w in range(view.workers):
+            labels.extend(f"{letter}{w}{f'.{r}' if dp > 1 else ''} {end}" for r in range(dp))
+    return labels
+
+
+#: A report's time series bucket by bucket: start (s), mean, min, max.
+Series = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def timeseries(report: Any) -> dict[str, Series]:
+    """The report's time series as ``{name: (t_s, mean, min, max)}`` over its buckets; a
+    series with a column per worker or link gives one entry per column, ``name[label]``."""
     ts = report.timeseries
     t = np.asarray(ts["time_ms"], dtype=float) / 1000.0
-    names = worker_names(report.config, int(report.summary["num_workers"]))
-    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    out: dict[str, Series] = {}
     for name, part in ts.items():
         if not isinstance(part, dict):
             continue
-        lo, hi = np.asarray(part["min"], dtype=float), np.asarray(part["max"], dtype=float)
-        if lo.ndim == 1:
-            out[name] = (t, lo, hi)
+        mean, lo, hi = (np.asarray(part[k], dtype=float) for k in ("mean", "min", "max"))
+        if mean.ndim == 1:
+            out[name] = (t, mean, lo, hi)
+            continue
+        columns = mean.shape[1]
+        if name == "link_utilization":
+            labels = link_names(report.config)
         else:
-            for w in range(lo.shape[1]):
-                out[f"{name}[{names[w]}]"] = (t, lo[:, w], hi[:, w])
+            labels = worker_names(report.config, columns)
+        for k, label in enumerate(labels):
+            out[f"{name}[{label}]"] = (t, mean[:, k], lo[:, k], hi[:, k])
     return out
 
 
-__all__ = ["MAX_POINTS", "cdf", "rate", "timeseries", "worker_names"]
+__all__ = ["MAX_POINTS", "Series", "cdf", "link_names", "rate", "timeseries", "worker_names"]

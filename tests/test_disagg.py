@@ -216,3 +216,22 @@ def test_order_of_flows_does_not_change_rates():
     for perm in itertools.permutations(range(len(flows))):
         rates = dynosim.max_min_rates([flows[i] for i in perm], caps)
         assert rates == pytest.approx(base[list(perm)], rel=1e-12)
+
+
+def test_handoffs_spread_over_a_decode_workers_data_parallel_ranks():
+    # 1 prefill + 1 decode worker, 2 data-parallel ranks each, 2 running requests per rank,
+    # instant transfers, 10 ms prefill / 1 ms decode. Four 8-token prompts arrive at 0: each
+    # prefill rank takes two, all four hand off at 10 ms. A handoff waiting for its decode
+    # rank counts as queued there (4 x waiting + running, as vLLM's balancer scores), so the
+    # four split two and two: every first token at 10 ms, the three later tokens by 13 ms.
+    # Counting only requests a rank had taken in sent all four to rank 0, and two of them
+    # waited for the first two to finish (first tokens at 13 ms, last at 16 ms).
+    cfg = {
+        "cluster": {"mode": "disaggregated", "num_prefill_workers": 1, "num_decode_workers": 1},
+        "engine": {"block_size": 4, "data_parallel_size": 2, "max_num_seqs": 2},
+        "timing": {"model": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0},
+    }
+    rows = [(0.0, 8, 4, [i, 100 + i]) for i in range(4)]
+    report = dynosim.replay(make_columns(rows, 4), cfg)
+    assert report.requests["ttft_ms"].tolist() == [10.0] * 4
+    assert report.requests["last_token_ms"].tolist() == [13.0] * 4

@@ -50,12 +50,21 @@ impl Worker {
     }
 
     /// The rank of this worker a request goes to: the least loaded as vLLM's data-parallel
-    /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank.
-    fn pick_rank(&self, ranks: &[Scheduler]) -> usize {
+    /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank. `handed(r)`
+    /// counts requests already sent to rank `r` that it has not taken in yet (handoffs waiting
+    /// for a block reservation): they wait there, as vLLM counts each dispatch at once.
+    fn pick_rank(&self, ranks: &[Scheduler], handed: impl Fn(usize) -> Handed) -> usize {
         self.ranks()
-            .min_by_key(|&r| ranks[r].load_score())
+            .min_by_key(|&r| ranks[r].load_score() + 4 * handed(r).requests)
             .expect("a worker has at least one rank")
     }
+}
+
+/// Requests sent to a rank that it has not taken in yet, and their prompt blocks there.
+#[derive(Debug, Clone, Copy, Default)]
+struct Handed {
+    requests: u64,
+    blocks: u64,
 }
 
 /// The workers and what joins them. Prefill workers come first, then decode workers; in
@@ -72,8 +81,10 @@ pub(super) struct Cluster {
     pub(super) is_dirty: Vec<bool>,
     router: Router,
     decode_router: Router,
-    /// Per decode rank, handoffs waiting for a block reservation, FIFO.
+    /// Per decode rank, handoffs waiting for a block reservation, FIFO, and the prompt blocks
+    /// they will need there.
     pending: Vec<std::collections::VecDeque<Handoff>>,
+    pending_blocks: Vec<u64>,
     pub(super) transport: Transport,
     in_flight: Vec<Option<InFlight>>,
     sizing: TransferSizing,
@@ -169,6 +180,7 @@ impl Cluster {
             // A stream of its own, so decode choices do not shift prefill choices.
             decode_router: Router::new(c.router, c.router_seed ^ DECODE_STREAM, c.overlap_weight),
             pending: vec![Default::default(); num_decode_ranks],
+            pending_blocks: vec![0; num_decode_ranks],
             transport: Transport::new(&config.kv_transfer, num_prefill_ranks, num_decode_ranks)?,
             in_flight: Vec::new(),
             sizing: config.kv_transfer.sizing(),
@@ -190,6 +202,12 @@ impl Cluster {
         self.num_prefill > 0
     }
 
+    /// Blocks of request `i`'s prompt in rank `rank`'s blocks.
+    fn prompt_blocks(&self, rank: usize, workload: &Workload, i: u32) -> u64 {
+        let block = self.ranks[rank].block_ids().block_size();
+        u64::from(workload.input_length[i as usize].div_ceil(block))
+    }
+
     fn touch(&mut self, w: usize) {
         if !self.is_dirty[w] {
             self.is_dirty[w] = true;
@@ -197,7 +215,8 @@ impl Cluster {
         }
     }
 
-    /// The rank among `pool` (a range of workers) that `router` sends request `i` to.
+    /// The rank among `pool` (a range of workers) that `router` sends request `i` to;
+    /// `handed(r)`: what was sent to rank `r` and waits to be taken in, counted as queued there.
     fn route(
         router: &mut Router,
         workers: &mut [Worker],
@@ -205,19 +224,23 @@ impl Cluster {
         pool: std::ops::Range<usize>,
         workload: &Workload,
         i: usize,
+        handed: impl Fn(usize) -> Handed,
     ) -> usize {
         if router.needs_caches() {
             let first = workers[pool.start].first_rank;
             let last = workers[pool.end - 1].ranks().end;
             let ids = ranks[first].block_ids();
             let prompt_blocks = workload.input_length[i].div_ceil(ids.block_size());
-            let candidates = ranks[first..last]
-                .iter()
-                .map(|r| (r.cache(), r.waiting_blocks()));
+            let candidates = (first..last).map(|r| {
+                (
+                    ranks[r].cache(),
+                    ranks[r].waiting_blocks() + handed(r).blocks,
+                )
+            });
             first + router.route_by_cache(ids.of(i), prompt_blocks, candidates)
         } else {
             let w = pool.start + router.route(pool.len());
-            workers[w].pick_rank(ranks)
+            workers[w].pick_rank(ranks, handed)
         }
     }
 
@@ -300,6 +323,7 @@ impl Cluster {
             0..front,
             workload,
             i,
+            |_| Handed::default(),
         );
         let w = self.worker_of(rank);
         records.worker[i] = w as i32;
@@ -382,6 +406,8 @@ impl Cluster {
             let handoffs: Vec<(u32, u32)> = self.ranks[r].take_handoffs().collect();
             let all = self.workers.len();
             for (request, src_handle) in handoffs {
+                let (pending, pending_blocks) = (&self.pending, &self.pending_blocks);
+                let first_decode = self.num_prefill_ranks;
                 let dst_rank = Self::route(
                     &mut self.decode_router,
                     &mut self.workers,
@@ -389,10 +415,16 @@ impl Cluster {
                     self.num_prefill..all,
                     workload,
                     request as usize,
+                    |rank| Handed {
+                        requests: pending[rank - first_decode].len() as u64,
+                        blocks: pending_blocks[rank - first_decode],
+                    },
                 );
                 let d = self.worker_of(dst_rank);
                 records.decode_worker[request as usize] = (d - self.num_prefill) as i32;
-                self.pending[dst_rank - self.num_prefill_ranks].push_back(Handoff {
+                let k = dst_rank - self.num_prefill_ranks;
+                self.pending_blocks[k] += self.prompt_blocks(dst_rank, workload, request);
+                self.pending[k].push_back(Handoff {
                     request,
                     src: r as u32,
                     src_handle,
@@ -419,6 +451,7 @@ impl Cluster {
                     break;
                 };
                 self.pending[d].pop_front();
+                self.pending_blocks[d] -= self.prompt_blocks(rank, workload, h.request);
                 let r = h.request as usize;
                 let tokens = match self.sizing {
                     TransferSizing::FullPrompt => workload.input_length[r],

@@ -16,6 +16,10 @@ from dynosim.views.series import cdf, link_names, rate, timeseries, worker_names
 #: The ``gid`` of what marks a limit or a pick rather than showing data.
 REFERENCE = "reference"
 
+#: Buckets of the arrivals and completions plot: 1 s buckets of an hour-long trace are a band
+#: of noise; a few hundred show the load's shape (each bucket's mean rate).
+RATE_POINTS = 400
+
 #: The latency CDFs: summary metric, title, and the ``sla`` setting that limits it.
 LATENCIES = (
     ("ttft_ms", "TTFT", "ttft_ms"),
@@ -81,7 +85,8 @@ def rates(reports: Sequence[tuple[str, Any]]) -> Any:
     for label, report in reports:
         duration = float(report.summary["duration_ms"])
         for key, what in (("arrival_ms", "arrivals"), ("last_token_ms", "completions")):
-            t, per_s, width = rate(np.asarray(report.requests[key], dtype=float), duration)
+            times = np.asarray(report.requests[key], dtype=float)
+            t, per_s, width = rate(times, duration, RATE_POINTS)
             widths.add(width)
             name = f"{label}: {what}" if label else what
             ax.plot(t, per_s, label=name, linewidth=1, drawstyle="steps-post")

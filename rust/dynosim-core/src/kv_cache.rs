@@ -7,6 +7,7 @@
 //! in `active` without an identity.
 
 use crate::block_ids::BlockId;
+use crate::slot_index::SlotIndex;
 
 const NIL: u32 = u32::MAX;
 
@@ -17,42 +18,6 @@ struct Slot {
     // LRU links, meaningful while refcount == 0; `next` also chains spare slots.
     prev: u32,
     next: u32,
-}
-
-/// By block identity, its slot plus one, or 0 when not cached. Identities are dense, so an
-/// array replaces a hash table; its entries are 2 bytes when the slots fit (fewer than 65,535
-/// blocks), as the array spans every distinct block of the workload.
-#[derive(Debug, Clone)]
-enum SlotIndex {
-    Narrow(Vec<u16>),
-    Wide(Vec<u32>),
-}
-
-impl SlotIndex {
-    fn new(capacity: u32, ids: BlockId) -> Self {
-        if capacity < u32::from(u16::MAX) {
-            SlotIndex::Narrow(vec![0; ids as usize])
-        } else {
-            SlotIndex::Wide(vec![0; ids as usize])
-        }
-    }
-
-    #[inline(always)]
-    fn get(&self, id: BlockId) -> u32 {
-        match self {
-            SlotIndex::Narrow(v) => u32::from(v[id as usize]),
-            SlotIndex::Wide(v) => v[id as usize],
-        }
-    }
-
-    #[inline(always)]
-    fn set(&mut self, id: BlockId, value: u32) {
-        match self {
-            // Values are at most the capacity, below u16::MAX here.
-            SlotIndex::Narrow(v) => v[id as usize] = value as u16,
-            SlotIndex::Wide(v) => v[id as usize] = value,
-        }
-    }
 }
 
 /// The cache of one worker. Slot indices handed out stay valid until the caller releases them.
@@ -135,7 +100,7 @@ impl KvCache {
                 // The evicted block's slot takes the new one.
                 let slot = self.pop_lru();
                 self.slots[slot as usize].id = id;
-                self.slot_of.set(id, slot + 1);
+                self.slot_of.insert(id, slot);
                 slot
             } else {
                 self.inactive += 1;
@@ -228,7 +193,7 @@ impl KvCache {
     /// stays private).
     #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        if self.slot_of.get(id) != 0 {
+        if self.slot_of.get(id).is_some() {
             return None;
         }
         Some(self.name_slot(id, 1))
@@ -286,8 +251,8 @@ impl KvCache {
         } else {
             self.slots[next as usize].prev = NIL;
         }
-        debug_assert_eq!(self.slot_of.get(id), slot + 1);
-        self.slot_of.set(id, 0);
+        debug_assert_eq!(self.slot_of.get(id), Some(slot));
+        self.slot_of.remove(id);
         self.evictions += 1;
         if self.record_evicted {
             self.evicted.push(id);
@@ -313,12 +278,12 @@ impl KvCache {
             self.slots[i as usize] = slot;
             i
         };
-        self.slot_of.set(id, index + 1);
+        self.slot_of.insert(id, index);
         index
     }
 
     fn find(&self, id: BlockId) -> Option<u32> {
-        self.slot_of.get(id).checked_sub(1)
+        self.slot_of.get(id)
     }
 
     fn push_back(&mut self, slot: u32) {
@@ -456,6 +421,31 @@ mod tests {
             KvCache::new(65_534, 8).slot_of,
             SlotIndex::Narrow(_)
         ));
+    }
+
+    #[test]
+    fn a_hashed_index_caches_what_a_dense_one_does() {
+        // 16 blocks over 2^25 identities: past the 16 MiB dense budget, so hashed. The same
+        // fills, releases and evictions find the same blocks as a dense cache.
+        let far: BlockId = 1 << 25;
+        let (mut hashed, mut dense) = (KvCache::new(16, far), KvCache::new(16, 64));
+        assert!(matches!(hashed.slot_of, SlotIndex::Hashed(_)));
+        assert!(matches!(dense.slot_of, SlotIndex::Narrow(_)));
+        let all: Vec<BlockId> = (0..60).collect();
+        for round in 0..12u32 {
+            // Five new blocks a round: from the fourth round on, each evicts the oldest.
+            let ids: Vec<BlockId> = (round * 5..round * 5 + 5).collect();
+            let a = fill(&mut hashed, &ids);
+            let b = fill(&mut dense, &ids);
+            assert_eq!(a, b);
+            hashed.release(&a, 0);
+            dense.release(&b, 0);
+            for start in (0..60).step_by(5) {
+                let prefix = &all[start..start + 5];
+                assert_eq!(hashed.lookup(prefix), dense.lookup(prefix));
+            }
+        }
+        assert_eq!(hashed.evictions(), 60 - 16);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod replay;
 pub mod report;
 pub mod router;
 pub mod scheduler;
+pub mod slot_index;
 pub mod stats;
 pub mod time_series;
 pub mod timing;

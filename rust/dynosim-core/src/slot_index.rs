@@ -1,0 +1,283 @@
+//! Which slot of a block cache holds a block identity.
+//!
+//! Identities are dense (0 to the workload's count), so an array indexed by identity finds a
+//! slot in one read; but a cache holds at most its capacity of identities while a workload
+//! names millions, and such an array costs every rank memory for every block of the workload
+//! (32 ranks replaying 5 million requests: gigabytes). So the array is used while it is small
+//! next to the cache ([`DENSE_BYTES_PER_BLOCK`] per cache block, or [`DENSE_BYTES_MIN`]),
+//! and past that an open-addressing hash table (linear probing, backward-shift deletion) whose
+//! size follows the identities held, at about a third of the array's speed on lookups. Neither
+//! is iterated, so the choice cannot reach a result.
+
+use crate::block_ids::BlockId;
+
+/// Bytes of dense index allowed per block of cache capacity.
+pub const DENSE_BYTES_PER_BLOCK: u64 = 512;
+/// Bytes of dense index always allowed (16 MiB).
+pub const DENSE_BYTES_MIN: u64 = 16 << 20;
+
+/// Marks a free entry of the hash table (identities are below `BlockId::MAX`).
+const EMPTY: BlockId = BlockId::MAX;
+
+/// Entries a hash table starts with.
+const MIN_ENTRIES: usize = 16;
+
+/// The slot of each identity a cache holds.
+#[derive(Debug, Clone)]
+pub enum SlotIndex {
+    /// Slot plus one by identity (0: not held), 2 bytes an entry while slots fit.
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
+    Hashed(HashedSlots),
+}
+
+impl SlotIndex {
+    /// The index of a cache of `capacity` blocks over identities below `ids`.
+    pub fn new(capacity: u32, ids: BlockId) -> Self {
+        let narrow = capacity < u32::from(u16::MAX);
+        let entry_bytes = if narrow { 2 } else { 4 };
+        let budget = DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity));
+        if u64::from(ids) * entry_bytes > budget {
+            SlotIndex::Hashed(HashedSlots::default())
+        } else if narrow {
+            SlotIndex::Narrow(vec![0; ids as usize])
+        } else {
+            SlotIndex::Wide(vec![0; ids as usize])
+        }
+    }
+
+    /// The slot of `id`, if held.
+    #[inline(always)]
+    pub fn get(&self, id: BlockId) -> Option<u32> {
+        match self {
+            SlotIndex::Narrow(v) => u32::from(v[id as usize]).checked_sub(1),
+            SlotIndex::Wide(v) => v[id as usize].checked_sub(1),
+            SlotIndex::Hashed(h) => h.get(id),
+        }
+    }
+
+    /// Map `id` to `slot`.
+    #[inline(always)]
+    pub fn insert(&mut self, id: BlockId, slot: u32) {
+        match self {
+            // Slots are below the capacity, below u16::MAX - 1 here.
+            SlotIndex::Narrow(v) => v[id as usize] = (slot + 1) as u16,
+            SlotIndex::Wide(v) => v[id as usize] = slot + 1,
+            SlotIndex::Hashed(h) => h.insert(id, slot),
+        }
+    }
+
+    /// Forget `id`.
+    #[inline(always)]
+    pub fn remove(&mut self, id: BlockId) {
+        match self {
+            SlotIndex::Narrow(v) => v[id as usize] = 0,
+            SlotIndex::Wide(v) => v[id as usize] = 0,
+            SlotIndex::Hashed(h) => h.remove(id),
+        }
+    }
+}
+
+/// An open-addressing table from identity to slot, at most half full.
+#[derive(Debug, Clone)]
+pub struct HashedSlots {
+    /// (identity, slot) pairs side by side: a probe reads one cache line.
+    entries: Vec<(BlockId, u32)>,
+    len: usize,
+    /// 64 minus log2 of the table size: the hash's top bits pick the home entry.
+    shift: u32,
+}
+
+impl Default for HashedSlots {
+    fn default() -> Self {
+        Self::with_entries(MIN_ENTRIES)
+    }
+}
+
+impl HashedSlots {
+    fn with_entries(entries: usize) -> Self {
+        debug_assert!(entries.is_power_of_two());
+        HashedSlots {
+            entries: vec![(EMPTY, 0); entries],
+            len: 0,
+            shift: 64 - entries.trailing_zeros(),
+        }
+    }
+
+    /// Identities held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.entries.len() - 1
+    }
+
+    /// Fibonacci hashing: identities are dense and sequential, the multiply spreads them.
+    #[inline(always)]
+    fn home(&self, id: BlockId) -> usize {
+        (u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// The slot of `id`, if held.
+    #[inline]
+    pub fn get(&self, id: BlockId) -> Option<u32> {
+        let mask = self.mask();
+        let mut i = self.home(id);
+        loop {
+            let (key, slot) = self.entries[i];
+            if key == id {
+                return Some(slot);
+            }
+            if key == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Map `id` to `slot` (replacing its slot if held).
+    #[inline]
+    pub fn insert(&mut self, id: BlockId, slot: u32) {
+        debug_assert_ne!(id, EMPTY);
+        if 2 * (self.len + 1) > self.entries.len() {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut i = self.home(id);
+        loop {
+            let key = self.entries[i].0;
+            if key == id || key == EMPTY {
+                self.len += usize::from(key == EMPTY);
+                self.entries[i] = (id, slot);
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Forget `id` (nothing if not held). Later entries of its probe run move back into the
+    /// gap, so every held identity stays reachable from its home without tombstones.
+    #[inline]
+    pub fn remove(&mut self, id: BlockId) {
+        let mask = self.mask();
+        let mut gap = self.home(id);
+        loop {
+            let key = self.entries[gap].0;
+            if key == EMPTY {
+                return;
+            }
+            if key == id {
+                break;
+            }
+            gap = (gap + 1) & mask;
+        }
+        self.len -= 1;
+        let mut j = gap;
+        loop {
+            j = (j + 1) & mask;
+            let key = self.entries[j].0;
+            if key == EMPTY {
+                break;
+            }
+            // Entry j may fill the gap unless its home lies cyclically in (gap, j].
+            let home = self.home(key);
+            let stays = if gap <= j {
+                gap < home && home <= j
+            } else {
+                gap < home || home <= j
+            };
+            if !stays {
+                self.entries[gap] = self.entries[j];
+                gap = j;
+            }
+        }
+        self.entries[gap].0 = EMPTY;
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::replace(self, Self::with_entries(self.entries.len() * 2));
+        for (key, slot) in old.entries {
+            if key != EMPTY {
+                self.insert(key, slot);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn removing_from_a_probe_run_keeps_the_rest_reachable() {
+        let mut t = HashedSlots::default();
+        // 2,000 identities force several doublings and long runs; remove every third.
+        for id in 0..2000 {
+            t.insert(id, id + 7);
+        }
+        for id in (0..2000).step_by(3) {
+            t.remove(id);
+        }
+        for id in 0..2000 {
+            let want = (id % 3 != 0).then_some(id + 7);
+            assert_eq!(t.get(id), want, "id {id}");
+        }
+        assert_eq!(t.len(), 2000 - 667);
+    }
+
+    #[test]
+    fn the_dense_index_is_used_while_it_is_small_next_to_the_cache() {
+        // 16,384 blocks: 8 MiB of 2-byte entries allowed beside the 16 MiB floor: 8M ids.
+        assert!(matches!(
+            SlotIndex::new(16_384, 8 << 20),
+            SlotIndex::Narrow(_)
+        ));
+        assert!(matches!(
+            SlotIndex::new(16_384, (8 << 20) + 1),
+            SlotIndex::Hashed(_)
+        ));
+        // 70,000 blocks: 4-byte entries, 35.84 MB allowed: 8.96M ids.
+        assert!(matches!(
+            SlotIndex::new(70_000, 8_960_000),
+            SlotIndex::Wide(_)
+        ));
+        assert!(matches!(
+            SlotIndex::new(70_000, 8_960_001),
+            SlotIndex::Hashed(_)
+        ));
+    }
+
+    proptest! {
+        /// Any sequence of inserts and removes agrees with a HashMap, and the table stays at
+        /// most half full.
+        #[test]
+        fn agrees_with_a_hash_map(
+            ops in prop::collection::vec((any::<bool>(), 0u32..300, any::<u32>()), 1..2000),
+        ) {
+            let mut t = HashedSlots::default();
+            let mut model = HashMap::new();
+            for &(insert, id, slot) in &ops {
+                if insert {
+                    t.insert(id, slot);
+                    model.insert(id, slot);
+                } else {
+                    t.remove(id);
+                    model.remove(&id);
+                }
+                prop_assert_eq!(t.len(), model.len());
+                prop_assert!(2 * t.len() <= t.entries.len());
+            }
+            for id in 0..300 {
+                prop_assert_eq!(t.get(id), model.get(&id).copied());
+            }
+        }
+    }
+}

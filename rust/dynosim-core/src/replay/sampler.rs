@@ -71,7 +71,7 @@ impl Sampler {
             cluster
                 .workers
                 .iter()
-                .map(|w| f64::from(w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>())),
+                .map(|w| f64::from(w.ranks().map(|r| ranks[r].active_blocks()).sum::<u32>())),
         );
         for (w, worker) in cluster.workers.iter().enumerate() {
             let busy = f64::from(u8::from(worker.busy));

@@ -6,8 +6,8 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
+use super::slot_index::SlotIndex;
 use crate::block_ids::BlockId;
-use crate::slot_index::SlotIndex;
 
 const NIL: u32 = u32::MAX;
 

@@ -1,0 +1,6 @@
+//! A rank's KV memory: the caches the engine flavours keep their prompt KV in.
+
+pub mod blocks;
+pub mod slot_index;
+
+pub use blocks::{KvCache, PrefixHit};

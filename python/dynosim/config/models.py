@@ -19,6 +19,9 @@ from dynosim._validation import StrictModel
 
 _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
+#: The core's upper bounds of sizes (``max_workers``, ``max_parallel``, ...): what a replay can
+#: hold. The core checks them; other models that map onto a configuration read them here.
+LIMITS: dict[str, Any] = json.loads(_core.config_limits_json())
 
 #: The ``model`` tags of the timing sections (left out of error paths).
 TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "op_tables", "aic"})
@@ -382,6 +385,7 @@ class SimConfig(_Settings):
 
 
 __all__ = [
+    "LIMITS",
     "OP_TABLE_ARRAYS",
     "TABLE_ARRAYS",
     "TIMING_MODELS",

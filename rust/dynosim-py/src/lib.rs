@@ -89,6 +89,12 @@ fn default_config_json() -> String {
     SimConfig::default().to_json()
 }
 
+/// The upper bounds of configuration sizes, as JSON (`max_workers`, ...).
+#[pyfunction]
+fn config_limits_json() -> String {
+    dynosim_core::config::limits::limits_json().to_string()
+}
+
 /// The JSON of the aic timing fields a section may leave out, with their values.
 #[pyfunction]
 fn aic_timing_defaults_json() -> String {
@@ -395,5 +401,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;
     m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
+    m.add_function(wrap_pyfunction!(config_limits_json, m)?)?;
     Ok(())
 }

@@ -2,7 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, Result};
+use super::limits::{
+    count, product, MAX_BATCHED_TOKENS, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_PARALLEL,
+    MAX_RANK_TOKENS,
+};
+use super::Result;
 
 /// Which running request a KV-cache shortage preempts (its blocks are released and it is
 /// recomputed from the start later). Only requests admitted after the one that needs the block
@@ -62,15 +66,30 @@ impl Default for EngineConfig {
 
 /// Check the engine section at dotted path `section`.
 pub(super) fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
-    for (name, value) in [
-        ("block_size", e.block_size),
-        ("num_gpu_blocks", e.num_gpu_blocks),
-        ("max_num_seqs", e.max_num_seqs),
-        ("max_num_batched_tokens", e.max_num_batched_tokens),
-        ("tensor_parallel_size", e.tensor_parallel_size),
-        ("data_parallel_size", e.data_parallel_size),
+    for (name, value, max) in [
+        ("block_size", e.block_size, MAX_BLOCK_SIZE),
+        ("num_gpu_blocks", e.num_gpu_blocks, MAX_BLOCKS),
+        ("max_num_seqs", e.max_num_seqs, MAX_NUM_SEQS),
+        (
+            "max_num_batched_tokens",
+            e.max_num_batched_tokens,
+            MAX_BATCHED_TOKENS,
+        ),
+        ("tensor_parallel_size", e.tensor_parallel_size, MAX_PARALLEL),
+        ("data_parallel_size", e.data_parallel_size, MAX_PARALLEL),
     ] {
-        at_least_one(&format!("{section}.{name}"), value)?;
+        count(&format!("{section}.{name}"), value, max)?;
     }
+    // A rank's token positions (prompt plus output) are 32-bit.
+    let blocks = format!("{section}.num_gpu_blocks");
+    product(
+        &blocks,
+        &[
+            (&blocks, u64::from(e.num_gpu_blocks)),
+            (&format!("{section}.block_size"), u64::from(e.block_size)),
+        ],
+        MAX_RANK_TOKENS,
+        "tokens per rank",
+    )?;
     Ok(())
 }

@@ -2,7 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Result, SimError};
+use super::limits::{
+    count, positive_at_most, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS, MAX_KV_BYTES_PER_TOKEN,
+    MAX_LAYERS,
+};
+use super::{Result, SimError};
 
 /// How a transfer's rate is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,13 +76,25 @@ impl KvShape {
     }
 
     pub(super) fn validate(&self, section: &str) -> Result<()> {
-        for (name, value) in [
-            ("num_layers", self.num_layers),
-            ("num_kv_heads", self.num_kv_heads),
-            ("head_dim", self.head_dim),
-            ("dtype_bytes", self.dtype_bytes),
+        for (name, value, max) in [
+            ("num_layers", self.num_layers, MAX_LAYERS),
+            ("num_kv_heads", self.num_kv_heads, MAX_HEADS),
+            ("head_dim", self.head_dim, MAX_HEADS),
+            ("dtype_bytes", self.dtype_bytes, MAX_DTYPE_BYTES),
         ] {
-            at_least_one(&format!("{section}.{name}"), value)?;
+            count(&format!("{section}.{name}"), value, max)?;
+        }
+        // Within the bounds above the product fits u64; the bytes it gives are bounded like
+        // kv_bytes_per_token.
+        let bytes = self.bytes_per_token(1) as f64;
+        if bytes > MAX_KV_BYTES_PER_TOKEN {
+            return Err(SimError::config(
+                section,
+                format!(
+                    "gives {bytes:e} KV bytes per token, more than the limit of \
+                     {MAX_KV_BYTES_PER_TOKEN:e}"
+                ),
+            ));
         }
         Ok(())
     }
@@ -132,10 +148,10 @@ impl KvTransferConfig {
 
     pub(super) fn validate(&self) -> Result<()> {
         if let Some(b) = self.bandwidth_gbps {
-            positive("kv_transfer.bandwidth_gbps", b)?;
+            positive_at_most("kv_transfer.bandwidth_gbps", b, MAX_GBPS)?;
         }
         if let Some(b) = self.decode_bandwidth_gbps {
-            positive("kv_transfer.decode_bandwidth_gbps", b)?;
+            positive_at_most("kv_transfer.decode_bandwidth_gbps", b, MAX_GBPS)?;
             if self.bandwidth_gbps.is_none() {
                 return Err(SimError::config(
                     "kv_transfer.decode_bandwidth_gbps",
@@ -150,7 +166,7 @@ impl KvTransferConfig {
             ));
         }
         if let Some(b) = self.kv_bytes_per_token {
-            positive("kv_transfer.kv_bytes_per_token", b)?;
+            positive_at_most("kv_transfer.kv_bytes_per_token", b, MAX_KV_BYTES_PER_TOKEN)?;
         }
         if let Some(shape) = &self.kv_shape {
             shape.validate("kv_transfer.kv_shape")?;

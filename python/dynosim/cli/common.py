@@ -20,6 +20,17 @@ class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
 
 
+def plain_warnings() -> None:
+    """Print each warning as one ``dynosim: warning:`` line on stderr: on the command line the
+    source file and line a warning comes from mean nothing to the user."""
+    import warnings
+
+    def show(message: Any, category: Any, filename: str, lineno: int, *_: Any, **__: Any) -> None:
+        print(f"dynosim: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+
+
 def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
     """An extra asked for on the command line but not installed is a usage error (exit 2)."""
     return UsageError(str(exc))
@@ -89,5 +100,6 @@ __all__ = [
     "add_workload_arguments",
     "can_plot",
     "missing_extra_is_bad_input",
+    "plain_warnings",
     "workload_from_args",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.config import SimConfig
 from dynosim.errors import ConfigError
@@ -171,10 +172,9 @@ class Space:
     def load(cls, path: str | Path) -> Space:
         """A space from a YAML or JSON file (:meth:`from_mapping`); problems name the file."""
         path = Path(path)
+        text = read_input(path, ConfigError, "space", max_line=MAX_LINE_BYTES)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the space: {e.strerror or e}") from None
+            data = yaml.safe_load(text.decode("utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
         if not isinstance(data, Mapping) or not data:

@@ -21,7 +21,7 @@ from dynosim._files import read_input
 from dynosim.bench import offline_replay_bench as bench
 from dynosim.cli import EXIT_BAD_INPUT, main
 from dynosim.cli.summary import render_summary
-from dynosim.config import LIMITS, load_config, load_timing_table
+from dynosim.config import LIMITS, KvShape, load_config, load_timing_table
 from dynosim.deploy import Candidate, validate_manifest
 from dynosim.deploy import render as render_module
 from dynosim.errors import ConfigError, ManifestError, ReportError, WorkloadError
@@ -97,6 +97,27 @@ def test_limits_are_the_cores(capsys):
     assert view.num_gpus == 100_000
     err = cli_error(["replay", "--no-progress", "--num-gpu-blocks", "4000000000"], capsys)
     assert err == "engine.num_gpu_blocks: must be between 1 and 1,000,000,000, got 4000000000"
+
+
+@pytest.mark.parametrize(
+    ("shape", "tp", "message"),
+    [
+        # 4,294,967,295^3 x 2 x 2 bytes wrapped around 2^64 in a release build.
+        (
+            {"num_layers": 2**32 - 1, "num_kv_heads": 2**32 - 1, "head_dim": 2**32 - 1},
+            1,
+            "kv_shape.num_layers: must be between 1 and 10,000, got 4294967295",
+        ),
+        ({}, -1, "tp: must be between 1 and 1,024, got -1"),
+        ({}, 2**70, f"tp: must be between 1 and 1,024, got {2**70}"),
+        ({}, 1.5, "tp: expected an integer, got 1.5"),
+    ],
+)
+def test_kv_shape_bytes_are_taken_of_a_checked_shape(shape, tp, message):
+    fields = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 2, "dtype_bytes": 2, **shape}
+    with pytest.raises(ConfigError) as info:
+        KvShape(**fields).bytes_per_token(tp)
+    assert str(info.value) == message
 
 
 # --- infinite sizes (item 4) -----------------------------------------------------------------
@@ -220,6 +241,15 @@ def test_columns_with_too_many_hash_ids_are_refused():
 )
 def test_flags_the_serving_mode_would_ignore_are_refused(flags, message, capsys):
     assert cli_error(["replay", "--no-progress", *flags], capsys).startswith(message)
+
+
+def test_trace_flags_with_synthetic_traffic_are_used_or_refused(capsys):
+    synthetic = ["replay", "--no-progress", "--synthetic", "--isl", "8", "--osl", "2"]
+    synthetic += ["--count", "3", "--rate", "1"]
+    err = cli_error([*synthetic, "--trace-block-size", "0"], capsys)
+    assert err == "workload.trace_block_size: Input should be greater than 0, got 0"
+    err = cli_error([*synthetic, "--format", "azure"], capsys)
+    assert err == "--format reads a TRACE; --synthetic generates its requests"
 
 
 def test_workers_with_a_disaggregated_config_file_is_refused(tmp_path, capsys):

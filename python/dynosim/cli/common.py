@@ -80,8 +80,11 @@ def workload_from_args(
     if args.synthetic:
         if args.trace is not None:
             raise UsageError("give a TRACE or --synthetic, not both")
+        if args.format is not None:
+            raise UsageError("--format reads a TRACE; --synthetic generates its requests")
         given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
-        work = SyntheticWorkload(**given, seed=args.seed)
+        # Generated requests get hash ids too, one per --trace-block-size prompt tokens.
+        work = SyntheticWorkload(**given, seed=args.seed, trace_block_size=args.trace_block_size)
         return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
     stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
     if stray:

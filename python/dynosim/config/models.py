@@ -15,7 +15,8 @@ import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dynosim import _core
-from dynosim._validation import StrictModel
+from dynosim._validation import StrictModel, shown
+from dynosim.errors import ConfigError
 
 _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
@@ -276,7 +277,12 @@ class KvShape(_Settings):
 
     def bytes_per_token(self, tp: int = 1) -> int:
         """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank (``tp`` 1: the
-        whole model's, what a transfer moves); computed by the core."""
+        whole model's, what a transfer moves); computed by the core, which checks the shape
+        and ``tp`` first (ConfigError)."""
+        if isinstance(tp, bool) or not isinstance(tp, int):
+            raise ConfigError(f"tp: expected an integer, got {shown(tp)}")
+        if not -(2**63) <= tp < 2**63:  # past any limit, and past what the core reads
+            raise ConfigError(f"tp: must be between 1 and {LIMITS['max_parallel']:,}, got {tp}")
         return _core.kv_shape_bytes_per_token(self.model_dump_json(), tp)
 
 

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::limits::{
-    count, positive_at_most, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS, MAX_KV_BYTES_PER_TOKEN,
-    MAX_LAYERS,
+    count, positive_at_most, thousands, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS,
+    MAX_KV_BYTES_PER_TOKEN, MAX_LAYERS, MAX_PARALLEL,
 };
 use super::{Result, SimError};
 
@@ -73,6 +73,29 @@ impl KvShape {
             2 * u64::from(self.num_kv_heads.div_ceil(tp.max(1))) * u64::from(self.head_dim)
         };
         u64::from(self.num_layers) * per_layer * u64::from(self.dtype_bytes)
+    }
+
+    /// A shape from its JSON document (a `kv_shape` section on its own).
+    pub fn from_json(text: &str) -> Result<Self> {
+        super::parse_json(text, "kv_shape")
+    }
+
+    /// `bytes_per_token(tp)` of a shape not yet checked (one handed in on its own, not in a
+    /// configuration): the shape at dotted path `section` and `tp` are checked first, so the
+    /// product cannot wrap.
+    pub fn checked_bytes_per_token(&self, section: &str, tp: i64) -> Result<u64> {
+        self.validate(section)?;
+        let tp = u32::try_from(tp).map_err(|_| {
+            SimError::config(
+                "tp",
+                format!(
+                    "must be between 1 and {}, got {tp}",
+                    thousands(u64::from(MAX_PARALLEL))
+                ),
+            )
+        })?;
+        count("tp", tp, MAX_PARALLEL)?;
+        Ok(self.bytes_per_token(tp))
     }
 
     pub(super) fn validate(&self, section: &str) -> Result<()> {

@@ -54,8 +54,7 @@ impl SimConfig {
     /// Parse a JSON document; missing fields take their defaults, unknown ones are errors.
     /// A document that cannot be read names the dotted path of the field at fault.
     pub fn from_json(text: &str) -> Result<Self> {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let config: SimConfig = serde_path_to_error::deserialize(&mut de).map_err(format_error)?;
+        let config: SimConfig = parse_json(text, "")?;
         config.validate()?;
         Ok(config)
     }
@@ -237,9 +236,16 @@ pub(crate) fn positive(field: &str, value: f64) -> Result<()> {
     }
 }
 
-/// A configuration document serde could not read, as the dotted path of the field at fault
+/// A JSON document of settings read as a `T` at dotted path `section` ("": the whole
+/// configuration); an error names the dotted path of the field at fault.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str, section: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| format_error(e, section))
+}
+
+/// A document serde could not read, as the dotted path of the field at fault below `section`
 /// (list items as `[i]`) and serde's message without the position in the internal JSON.
-fn format_error(err: serde_path_to_error::Error<serde_json::Error>) -> SimError {
+fn format_error(err: serde_path_to_error::Error<serde_json::Error>, section: &str) -> SimError {
     let path = err.path().to_string();
     let text = err.inner().to_string();
     let message = match text.rsplit_once(" at line ") {
@@ -259,10 +265,11 @@ fn format_error(err: serde_path_to_error::Error<serde_json::Error>) -> SimError 
     let mut segments = err.path().iter();
     let named = matches!(segments.next(), Some(Segment::Map { .. }))
         && !segments.any(|s| matches!(s, Segment::Unknown));
-    if named {
-        SimError::config(&path, message)
-    } else {
-        SimError::ConfigFormat(message)
+    match (named, section) {
+        (true, "") => SimError::config(&path, message),
+        (true, _) => SimError::config(&format!("{section}.{path}"), message),
+        (false, "") => SimError::ConfigFormat(message),
+        (false, _) => SimError::config(section, message),
     }
 }
 
@@ -506,6 +513,42 @@ mod tests {
         assert_eq!((k.send_gbps, k.recv_gbps), (Some(8.0), Some(8.0)));
         assert_eq!(k.link_model, Some(LinkModel::MaxMin));
         assert_eq!(SimConfig::default().resolved().kv_transfer.link_model, None);
+    }
+
+    /// A shape handed in on its own is checked before its product is taken, which would wrap.
+    #[test]
+    fn a_shape_on_its_own_is_checked_before_its_bytes() {
+        let max = u32::MAX;
+        let doc = format!(
+            r#"{{"num_layers": {max}, "num_kv_heads": {max}, "head_dim": {max}, "dtype_bytes": 2}}"#
+        );
+        let err = KvShape::from_json(&doc)
+            .unwrap()
+            .checked_bytes_per_token("kv_shape", 1)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv_shape.num_layers: must be between 1 and 10,000, got 4294967295"
+        );
+        let err = KvShape::from_json(r#"{"num_layers": -1}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("kv_shape.num_layers: invalid value: integer `-1`"),
+            "{err}"
+        );
+        let shape = KvShape::from_json(
+            r#"{"num_layers": 2, "num_kv_heads": 2, "head_dim": 2, "dtype_bytes": 2}"#,
+        )
+        .unwrap();
+        for tp in [-1, 0, 1 << 40] {
+            let err = shape.checked_bytes_per_token("kv_shape", tp).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("tp: must be between 1 and 1,024, got {tp}")
+            );
+        }
+        // 2 layers x 2 (K, V) x 2 heads x 2 dims x 2 bytes.
+        assert_eq!(shape.checked_bytes_per_token("kv_shape", 1), Ok(32));
     }
 
     #[test]

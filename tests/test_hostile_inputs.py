@@ -120,6 +120,25 @@ def test_kv_shape_bytes_are_taken_of_a_checked_shape(shape, tp, message):
     assert str(info.value) == message
 
 
+def test_a_plan_past_its_gpu_limit_is_refused_before_any_work():
+    # 1,000,000 GPUs of 1-GPU workers: half a trillion (prefill, decode) points to list.
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        dynosim.plan(
+            "no-such-trace.jsonl",
+            model="Qwen/Qwen3-32B",
+            system="h200_sxm",
+            sla={"ttft_ms": 1000},
+            max_gpus=1_000_000,
+            progress=False,
+        )
+    assert str(info.value) == (
+        "max_gpus: at most 1,024 (the search walks the pairs of prefill and decode worker "
+        "counts within it), got 1,000,000"
+    )
+    assert time.perf_counter() - started < 30
+
+
 # --- infinite sizes (item 4) -----------------------------------------------------------------
 
 

@@ -139,6 +139,26 @@ def test_a_plan_past_its_gpu_limit_is_refused_before_any_work():
     assert time.perf_counter() - started < 30
 
 
+def test_a_space_past_its_size_is_refused_before_listing_it():
+    from dynosim.plan import Space
+
+    # 10 paths of 20 values: 20^10 = 10,240,000,000,000 candidates.
+    grid = {f"sla.{k}": [float(v) for v in range(1, 21)] for k in ("ttft_ms", "itl_ms")}
+    grid |= {f"cluster.{k}": list(range(1, 21)) for k in ("num_workers", "router_seed")}
+    grid |= {
+        f"engine.{k}": list(range(1, 21))
+        for k in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
+    }
+    grid |= {"cluster.overlap_weight": list(range(20)), "report.sample_interval_ms": [1.0] * 20}
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"= 10,240,000,000,000 candidates, more than the"):
+        Space(grid)
+    small = Space({"cluster.num_workers": list(range(1, 1001))})
+    with pytest.raises(ConfigError, match=r"^space: 1,000 x 1,001 candidates = 1,001,000"):
+        small * Space({"engine.max_num_seqs": list(range(1, 1002))})
+    assert time.perf_counter() - started < 30
+
+
 # --- infinite sizes (item 4) -----------------------------------------------------------------
 
 

@@ -477,7 +477,9 @@ def test_unsupported_combinations_fail_naming_the_value(no_engine, tmp_path, cha
 def test_spec_fields_are_checked():
     with pytest.raises(ConfigError, match=r"backend: Input should be 'trtllm', 'vllm' or 'sglang'"):
         AicTiming(**{**QWEN, "backend": "tgi"})
-    with pytest.raises(ConfigError, match=r"^timing.tp: must be >= 1, got 0"):  # the core's rule
+    with pytest.raises(
+        ConfigError, match=r"^timing.tp: must be between 1 and 1,024, got 0"
+    ):  # the core's rule
         dynosim.SimConfig(timing=AicTiming(**QWEN, tp=0))
     with pytest.raises(ConfigError, match=r"extra_field: unknown field"):
         AicTiming(**QWEN, extra_field=1)

@@ -491,7 +491,7 @@ def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys)
             "candidate.aggregated.data_parallel_size: TensorRT-LLM has no separate data "
             "parallel size",
         ),
-        ({"block_size": 0}, "candidate.block_size: Input should be greater than or equal to 1"),
+        ({"block_size": 0}, "candidate.block_size: expected 1 to 65,536 tokens, got 0"),
         (
             {"aggregated": {"replicas": "2", "max_batch_size": 8}},
             'candidate.aggregated.replicas: expected an integer, got "2"',

@@ -178,7 +178,7 @@ def test_config_sources_agree(tmp_path):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"engine": {"block_size": 0}}, "engine.block_size: must be >= 1, got 0"),
+        ({"engine": {"block_size": 0}}, "engine.block_size: must be between 1 and 65,536, got 0"),
         ({"cluster": {"arrival_speedup_ratio": -2}}, "cluster.arrival_speedup_ratio"),
         ({"engine": {"blok_size": 3}}, "engine.blok_size: unknown field"),
         (

@@ -424,7 +424,8 @@ def test_trace_workload_reads_lazily(tmp_path):
 def test_unsorted_mooncake_is_sorted_stably_with_a_warning(tmp_path):
     times = [10, 5, 10, 5, 20]
     rows = [
-        row(timestamp=t, input_length=100 + i, hash_ids=[10 * i + j for j in range(i + 1)])
+        # Row i has i + 1 ids of 512 tokens: 100 + 512 i tokens.
+        row(timestamp=t, input_length=100 + 512 * i, hash_ids=[10 * i + j for j in range(i + 1)])
         for i, t in enumerate(times)
     ]
     path = write_rows(tmp_path / "unsorted.jsonl", rows)
@@ -432,11 +433,11 @@ def test_unsorted_mooncake_is_sorted_stably_with_a_warning(tmp_path):
         cols = load_trace(path).columns()
     # Rows 1 and 3 (t=5) come first, then 0 and 2 (t=10) in file order, then 4.
     assert requests(cols) == [
-        (0.0, 101, 5, [10, 11]),
-        (0.0, 103, 5, [30, 31, 32, 33]),
+        (0.0, 612, 5, [10, 11]),
+        (0.0, 1636, 5, [30, 31, 32, 33]),
         (5.0, 100, 5, [0]),
-        (5.0, 102, 5, [20, 21, 22]),
-        (15.0, 104, 5, [40, 41, 42, 43, 44]),
+        (5.0, 1124, 5, [20, 21, 22]),
+        (15.0, 2148, 5, [40, 41, 42, 43, 44]),
     ]
     assert_well_formed(cols)
 
@@ -598,12 +599,18 @@ def test_from_columns_returns_the_given_columns():
         ({"arrival_ms": np.array([0.0, 1.5, np.inf])}, "workload request 2: arrival_ms"),
         ({"hash_offsets": np.array([0, 1, 3], dtype=np.uint64)}, "hash_offsets"),
         (
-            {"hash_offsets": np.array([0, 3, 1, 4], dtype=np.uint64)},
+            {
+                "hash_offsets": np.array([0, 3, 1, 4], dtype=np.uint64),
+                "input_length": np.array([1500, 600, 1], dtype=np.uint32),
+            },
             "workload request 1: hash_offsets decrease (3 then 1)",
         ),
         ({"hash_offsets": np.array([0, 1, 3, 3], dtype=np.uint64)}, "hash_offsets"),
         (
-            {"hash_offsets": np.array([0, 2, 3, 4], dtype=np.uint64)},
+            {
+                "hash_offsets": np.array([0, 2, 3, 4], dtype=np.uint64),
+                "input_length": np.array([1000, 600, 1], dtype=np.uint32),
+            },
             "workload request 1: 1 hash ids cover 512 tokens, fewer than input_length 600",
         ),
         ({"trace_block_size": 0}, "trace_block_size"),
@@ -685,7 +692,7 @@ def trace_rows(draw):
     rows = []
     for _ in range(draw(st.integers(1, 8))):
         input_length = draw(st.integers(1, 8 * block))
-        blocks = -(-input_length // block) + draw(st.integers(0, 2))
+        blocks = -(-input_length // block)
         rows.append(
             {
                 "timestamp": draw(
@@ -775,12 +782,16 @@ def test_sessions_are_numbered_by_first_appearance(tmp_path):
 def test_session_turns_follow_the_stable_timestamp_sort(tmp_path):
     nan = math.nan
     rows = [
-        row(timestamp=50, session_id="late", input_length=1),
-        row(timestamp=10, session_id="a", input_length=2),
-        row(timestamp=30, session_id="a", delay_ms=5, input_length=3),
-        row(timestamp=20, session_id="a", delay_ms=7, input_length=4),  # turn 2 after sorting
-        row(timestamp=30, session_id="late", input_length=5),  # now the first turn of "late"
-        row(timestamp=10, input_length=6),
+        row(timestamp=50, session_id="late", input_length=1, hash_ids=[1]),
+        row(timestamp=10, session_id="a", input_length=2, hash_ids=[1]),
+        row(timestamp=30, session_id="a", delay_ms=5, input_length=3, hash_ids=[1]),
+        row(
+            timestamp=20, session_id="a", delay_ms=7, input_length=4, hash_ids=[1]
+        ),  # turn 2 after sorting
+        row(
+            timestamp=30, session_id="late", input_length=5, hash_ids=[1]
+        ),  # now the first turn of "late"
+        row(timestamp=10, input_length=6, hash_ids=[1]),
     ]
     with pytest.warns(UserWarning, match="5 of 6 rows"):
         cols = load_trace(write_rows(tmp_path / "turns.jsonl", rows)).columns()

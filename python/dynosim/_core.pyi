@@ -86,6 +86,10 @@ def engine_pass_token_budget(engine_json: str) -> int:
 def aic_timing_defaults_json() -> str:
     """The fields an ``aic`` timing section may leave out, with their values, as JSON."""
 
+def config_limits_json() -> str:
+    """The upper bounds of configuration sizes (``max_workers``, ``max_parallel``, ...), as
+    JSON; the core's checks use the same."""
+
 class PreparedWorkload:
     """Request columns copied into the core once (checked by the core's rules, raising
     WorkloadError), with their prompt block identities computed once per block size and shared

@@ -11,9 +11,9 @@ model holding another one can put its own path in front of the inner model's pro
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from dynosim.errors import ConfigError, DynosimError, WorkloadError
 
@@ -122,6 +122,20 @@ def problems(exc: ValidationError, tags: frozenset[str] = frozenset()) -> list[P
     return out
 
 
+def _admits_bool(annotation: Any) -> bool:
+    """Whether a field of this type may hold ``True``/``False`` (``bool`` or ``Any`` in it)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(arg) for arg in get_args(annotation))
+
+
+def _holds_bool(value: Any) -> bool:
+    """Whether ``value`` is a bool, or a list or tuple holding one (at any depth)."""
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, list | tuple) and any(_holds_bool(v) for v in value)
+
+
 class StrictModel(BaseModel):
     """A frozen model that refuses unknown fields and raises ``_error`` (a :class:`Problems`
     error class) naming every bad field below ``_root`` instead of pydantic's error."""
@@ -131,6 +145,22 @@ class StrictModel(BaseModel):
     _root: ClassVar[str] = ""
     #: Tag values of the discriminated unions below this model (left out of error paths).
     _tags: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, data: Any) -> Any:
+        # pydantic reads true as 1 for a number; in a configuration it is a mistake (a YAML
+        # `yes`, a value in the wrong place), so a bool is refused wherever no bool belongs.
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            bad: list[Problem] = [
+                (key, f"expected a number, got {shown(value)}")
+                for key, value in data.items()
+                if key in fields and _holds_bool(value) and not _admits_bool(fields[key].annotation)
+            ]
+            if bad:
+                raise cls._error(bad)
+        return data
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -7,6 +7,13 @@ for callers that do not know dynosim's hierarchy.
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
+
+#: Files under this directory are dynosim's own.
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
 
 class DynosimError(Exception):
     """Base class of every error dynosim raises."""
@@ -38,6 +45,15 @@ class ReportError(DynosimError, ValueError):
     version (the message names the file)."""
 
 
+def warn(message: str) -> None:
+    """Warn (UserWarning) at the first caller outside dynosim, however deep inside the package
+    the warning arises, so it points at the user's line rather than dynosim's source."""
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
 __all__ = [
     "ConfigError",
     "DynosimError",
@@ -46,4 +62,5 @@ __all__ = [
     "ReportError",
     "SimulationError",
     "WorkloadError",
+    "warn",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 from dynosim import _core
 from dynosim._version import VERSION
 from dynosim.config import AicTiming, SimConfig, load_config
+from dynosim.errors import WorkloadError
 from dynosim.report import Report, config_sha256
 from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
 from dynosim.workload.identity import identity
@@ -28,6 +29,11 @@ def _columns(
         return workload, identity(workload, workload)
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
+    if not isinstance(workload, TraceWorkload | SyntheticWorkload):
+        raise WorkloadError(
+            "workload: expected a TraceWorkload, SyntheticWorkload, TraceColumns or a trace "
+            f"path, got {type(workload).__name__}"
+        )
     columns = workload.columns()
     return columns, identity(workload, columns)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynosim import _core
+from dynosim._files import read_input
 from dynosim.errors import ReportError
 
 if TYPE_CHECKING:
@@ -271,11 +272,7 @@ class Report:
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
     is not a dynosim report of this format version raises ReportError naming the file."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    text = read_input(path, ReportError, "report")
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

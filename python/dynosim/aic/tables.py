@@ -47,7 +47,6 @@ import json
 import logging
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -60,7 +59,7 @@ from dynosim._dependencies import aic_core
 from dynosim.aic.target import AicTarget, resolve_aic_timing
 from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables
 from dynosim.config.timing_table import write_npz
-from dynosim.errors import ConfigError
+from dynosim.errors import ConfigError, warn
 
 #: Largest decode batch on the axes (requests): past vLLM's default max_num_seqs of 256.
 MAX_BATCH = 512
@@ -333,10 +332,9 @@ def build_tables(target: AicTarget) -> tuple[OpTables, dict[str, int]]:
             ],
         )
     if aic.tiers:
-        warnings.warn(
+        warn(
             f"AIConfigurator priced part of the {target.model_name} / {target.system} grid from "
-            f"data other than silicon measurements: {aic.tiers} queries by tier",
-            stacklevel=2,
+            f"data other than silicon measurements: {aic.tiers} queries by tier"
         )
     return tables, aic.tiers
 
@@ -365,7 +363,7 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
                 return None
             return OpTables(**{name: npz[name] for name in OP_TABLE_ARRAYS})
     except (OSError, ValueError, KeyError, ConfigError) as e:
-        warnings.warn(f"{path}: ignoring an unreadable cached AIC table ({e})", stacklevel=3)
+        warn(f"{path}: ignoring an unreadable cached AIC table ({e})")
         return None
 
 

@@ -23,7 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings
 from dynosim.cli.summary import render_summary
 from dynosim.compare.aisimulate import AISIMULATE_VERSION, RUN_TIMEOUT_S, AisimulateReplay
 from dynosim.compare.dynamo import DynamoReplay
@@ -298,7 +298,9 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
                 f"--link-model max_min: {_PEERS[args.compare]} moves every transfer at line "
                 f"rate; --compare {args.compare} needs --link-model line_rate"
             )
-        link_model = "line_rate"
+        # Without a bandwidth transfers are instant on both sides: no link model to set.
+        if args.kv_transfer_bandwidth is not None:
+            link_model = "line_rate"
     data: dict[str, Any] = SimConfig().model_dump()
     if peer_disagg:
         # Count first tokens as the peers do: after the decode worker's first pass.
@@ -512,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     code: 0, 2 for bad input, 1 for a failed run, 3 when iterations disagree."""
     parser = _parser()
     args = parser.parse_args(argv)
+    plain_warnings()
     try:
         config = build_config(args, parser)
         return _run(args, config)

@@ -9,7 +9,7 @@ import sys
 from types import ModuleType
 
 from dynosim.cli import plan, render, replay, report, schema, sweep, validate
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings
 from dynosim.errors import DynosimError
 
 #: The commands by name, in the order ``--help`` lists them.
@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dynosim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    plain_warnings()
     try:
         return COMMANDS[args.command].run(args)
     except ValueError as e:  # bad trace, config or flags (WorkloadError, ConfigError, ...)

@@ -20,6 +20,17 @@ class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
 
 
+def plain_warnings() -> None:
+    """Print each warning as one ``dynosim: warning:`` line on stderr: on the command line the
+    source file and line a warning comes from mean nothing to the user."""
+    import warnings
+
+    def show(message: Any, category: Any, filename: str, lineno: int, *_: Any, **__: Any) -> None:
+        print(f"dynosim: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+
+
 def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
     """An extra asked for on the command line but not installed is a usage error (exit 2)."""
     return UsageError(str(exc))
@@ -69,8 +80,11 @@ def workload_from_args(
     if args.synthetic:
         if args.trace is not None:
             raise UsageError("give a TRACE or --synthetic, not both")
+        if args.format is not None:
+            raise UsageError("--format reads a TRACE; --synthetic generates its requests")
         given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
-        work = SyntheticWorkload(**given, seed=args.seed)
+        # Generated requests get hash ids too, one per --trace-block-size prompt tokens.
+        work = SyntheticWorkload(**given, seed=args.seed, trace_block_size=args.trace_block_size)
         return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
     stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
     if stray:
@@ -89,5 +103,6 @@ __all__ = [
     "add_workload_arguments",
     "can_plot",
     "missing_extra_is_bad_input",
+    "plain_warnings",
     "workload_from_args",
 ]

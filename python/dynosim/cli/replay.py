@@ -140,6 +140,7 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
             data[section][key] = value
     if args.prefill_workers is not None or args.decode_workers is not None:
         data["cluster"]["mode"] = "disaggregated"
+    _check_mode_flags(args, data["cluster"]["mode"])
     data["timing"] = _timing(args, data["timing"], data["engine"])
     provenance: dict[str, Any] = {}
     sized = args.model is not None and args.system is not None
@@ -155,6 +156,31 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
     if args.ep is not None and data["timing"]["model"] != "aic" and not sized:
         raise UsageError("--ep applies to --timing aic, or to sizing the KV cache of --model")
     return SimConfig.model_validate(data), provenance
+
+
+#: Flags of KV transfers, which only disaggregated serving makes.
+_TRANSFER_FLAGS = ("kv_bandwidth_gbps", "decode_kv_bandwidth_gbps", "link_model", "transfer_sizing")
+
+
+def _check_mode_flags(args: argparse.Namespace, mode: str) -> None:
+    """Refuse a flag the serving mode would ignore, naming it and what chose the mode."""
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    pools = [flag(n) for n in ("prefill_workers", "decode_workers") if getattr(args, n) is not None]
+    if mode == "disaggregated" and args.workers is not None:
+        chosen_by = " and ".join(pools) if pools else f"--config {args.config} (cluster.mode)"
+        raise UsageError(
+            f"--workers counts aggregated workers, but {chosen_by} selects disaggregated "
+            "serving: give --prefill-workers and --decode-workers instead"
+        )
+    given = [flag(n) for n in _TRANSFER_FLAGS if getattr(args, n) is not None]
+    if mode == "aggregated" and given:
+        raise UsageError(
+            f"{', '.join(given)}: KV transfers happen in disaggregated serving only; give "
+            "--prefill-workers and --decode-workers (or cluster.mode: disaggregated in --config)"
+        )
 
 
 def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:

@@ -11,6 +11,19 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _fmt_ms(value: float | None) -> str:
+    """A latency in at most 10 characters, so the five columns of the latency table fit an
+    80-column terminal without cutting a number: 2 decimals below 1e6 ms, none below 1e8,
+    then 4 significant digits."""
+    if value is None:
+        return "-"
+    if abs(value) < 1e6:
+        return f"{value:,.2f}"
+    if abs(value) < 1e8:
+        return f"{value:,.0f}"
+    return f"{value:.3e}"
+
+
 def render_summary(report: Report, source: str) -> Any:
     """A rich Table of the summary: counts, throughput, latency percentiles, reuse, GPU-hours."""
     from rich.table import Table
@@ -68,12 +81,12 @@ def render_summary(report: Report, source: str) -> Any:
     lat = Table(title="latency (ms)", title_justify="left")
     lat.add_column("metric", style="bold")
     for col in ("mean", "p50", "p90", "p99", "max"):
-        lat.add_column(col, justify="right")
+        lat.add_column(col, justify="right", no_wrap=True)
     for metric in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         d = s[metric]
         lat.add_row(
             metric.removesuffix("_ms").upper(),
-            *(_fmt(d[c]) for c in ("mean", "p50", "p90", "p99", "max")),
+            *(_fmt_ms(d[c]) for c in ("mean", "p50", "p90", "p99", "max")),
         )
     from rich.console import Group
     from rich.text import Text

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
+from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim.config.models import SimConfig
 from dynosim.errors import ConfigError
 
@@ -35,9 +36,7 @@ def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
     (``what`` names the document in messages, e.g. "configuration")."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+        text = read_input(path, ConfigError, what, max_line=MAX_LINE_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
     try:

@@ -15,10 +15,14 @@ import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dynosim import _core
-from dynosim._validation import StrictModel
+from dynosim._validation import StrictModel, shown
+from dynosim.errors import ConfigError
 
 _DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
+#: The core's upper bounds of sizes (``max_workers``, ``max_parallel``, ...): what a replay can
+#: hold. The core checks them; other models that map onto a configuration read them here.
+LIMITS: dict[str, Any] = json.loads(_core.config_limits_json())
 
 #: The ``model`` tags of the timing sections (left out of error paths).
 TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "op_tables", "aic"})
@@ -348,7 +352,12 @@ class KvShape(_Settings):
 
     def bytes_per_token(self, tp: int = 1) -> int:
         """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank (``tp`` 1: the
-        whole model's, what a transfer moves); computed by the core."""
+        whole model's, what a transfer moves); computed by the core, which checks the shape
+        and ``tp`` first (ConfigError)."""
+        if isinstance(tp, bool) or not isinstance(tp, int):
+            raise ConfigError(f"tp: expected an integer, got {shown(tp)}")
+        if not -(2**63) <= tp < 2**63:  # past any limit, and past what the core reads
+            raise ConfigError(f"tp: must be between 1 and {LIMITS['max_parallel']:,}, got {tp}")
         return _core.kv_shape_bytes_per_token(self.model_dump_json(), tp)
 
 
@@ -457,6 +466,7 @@ class SimConfig(_Settings):
 
 
 __all__ = [
+    "LIMITS",
     "OP_TABLE_ARRAYS",
     "TABLE_ARRAYS",
     "TIMING_MODELS",

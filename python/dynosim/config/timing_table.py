@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynosim.config.models import TABLE_ARRAYS, TableTiming
+from dynosim.config.models import TABLE_ARRAYS, SimConfig, TableTiming
 from dynosim.errors import ConfigError
 
 
@@ -25,9 +25,12 @@ def load_timing_table(path: str | Path) -> TableTiming:
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot read the timing table: {e}") from None
     try:
-        return TableTiming(**arrays)
+        table = TableTiming(**arrays)
+        # The core's value rules (increasing axes, finite latencies) too, while the file is known.
+        SimConfig(timing=table)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+    return table
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

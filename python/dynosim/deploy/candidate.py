@@ -12,12 +12,36 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dynosim._validation import StrictModel
-from dynosim.config import AicTiming, SimConfig, load_settings_file, resolve
+from dynosim.config import LIMITS, AicTiming, SimConfig, load_settings_file, resolve
 from dynosim.errors import ConfigError
+from dynosim.workload.reading import MAX_LENGTH
 
 _RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # AIC names the DGD "<prefix>-agg" or "<prefix>-disagg"; the name must stay a 63-char label.
 _MAX_PREFIX = 63 - len("-disagg")
+
+#: The most tokens one request may hold: request lengths are 32-bit.
+MAX_CONTEXT_LENGTH = MAX_LENGTH - 1
+#: Sizes of a candidate bounded like the configuration they become (the core's limits).
+_MAX_PARALLEL = LIMITS["max_parallel"]
+
+
+def block_size_problem(value: int) -> str | None:
+    """Why ``value`` cannot be a deployment's KV block size (1 to the core's limit, and a power
+    of two: vLLM, SGLang and TensorRT-LLM page their caches in power-of-two blocks), or None."""
+    limit = LIMITS["max_block_size"]
+    if not 1 <= value <= limit:
+        return f"expected 1 to {limit:,} tokens, got {value}"
+    if value & (value - 1):
+        return f"expected a power of two (engines page KV in power-of-two blocks), got {value}"
+    return None
+
+
+def context_length_problem(value: int) -> str | None:
+    """Why ``value`` cannot be a deployment's context length, or None."""
+    if not 1 <= value <= MAX_CONTEXT_LENGTH:
+        return f"expected 1 to {MAX_CONTEXT_LENGTH:,} tokens, got {value}"
+    return None
 
 
 class WorkerRole(StrictModel):
@@ -25,12 +49,21 @@ class WorkerRole(StrictModel):
     workers, how each spans GPUs, and how many requests each runs at once."""
 
     _root = "role"
-    replicas: int = Field(ge=1, strict=True, description="Workers of this role.")
-    tensor_parallel_size: int = Field(1, ge=1, strict=True, description="TP size of a worker.")
-    pipeline_parallel_size: int = Field(1, ge=1, strict=True, description="PP size.")
-    data_parallel_size: int = Field(1, ge=1, strict=True, description="DP ranks per worker.")
+    replicas: int = Field(
+        ge=1, le=LIMITS["max_workers"], strict=True, description="Workers of this role."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=_MAX_PARALLEL, strict=True, description="TP size of a worker."
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, le=_MAX_PARALLEL, strict=True, description="PP size."
+    )
+    data_parallel_size: int = Field(
+        1, ge=1, le=_MAX_PARALLEL, strict=True, description="DP ranks per worker."
+    )
     max_batch_size: int = Field(
         ge=1,
+        le=LIMITS["max_num_seqs"],
         strict=True,
         description="Most requests one worker runs at once (vLLM max-num-seqs, SGLang "
         "max-running-requests, TensorRT-LLM max_batch_size).",
@@ -60,13 +93,27 @@ class Candidate(StrictModel):
     system: str = Field(min_length=1, strict=True)
     backend: Literal["vllm", "sglang", "trtllm"]
     backend_version: str = Field(min_length=1, strict=True)
-    block_size: int = Field(ge=1, strict=True, description="Tokens per KV block.")
+    block_size: int = Field(strict=True, description="Tokens per KV block (a power of two).")
     context_length: int | None = Field(
-        None, ge=1, strict=True, description="Most tokens per request; None: from the workload."
+        None, strict=True, description="Most tokens per request; None: from the workload."
     )
     aggregated: WorkerRole | None = None
     prefill: WorkerRole | None = None
     decode: WorkerRole | None = None
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size(cls, value: int) -> int:
+        if problem := block_size_problem(value):
+            raise ConfigError(f"candidate.block_size: {problem}")
+        return value
+
+    @field_validator("context_length")
+    @classmethod
+    def _context_length(cls, value: int | None) -> int | None:
+        if value is not None and (problem := context_length_problem(value)):
+            raise ConfigError(f"candidate.context_length: {problem}")
+        return value
 
     @model_validator(mode="after")
     def _roles_fit_mode(self) -> Candidate:

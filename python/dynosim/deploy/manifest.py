@@ -23,8 +23,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import problems, shown, under
-from dynosim.deploy.candidate import Candidate, WorkerRole, load_candidate
+from dynosim.config import LIMITS
+from dynosim.deploy.candidate import (
+    Candidate,
+    WorkerRole,
+    block_size_problem,
+    context_length_problem,
+    load_candidate,
+)
 from dynosim.errors import ConfigError, ManifestError
 
 __all__ = [
@@ -189,9 +197,7 @@ def _read(source: str | os.PathLike[str]) -> str:
         raise ManifestError(f"expected manifest text or a path to it, got {type(source).__name__}")
     path = Path(source)
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the manifest: {exc.strerror or exc}") from exc
+        return read_input(path, ManifestError, "manifest", max_line=MAX_LINE_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{path}: the manifest is not UTF-8 text (byte {exc.start})") from exc
 
@@ -484,8 +490,8 @@ class _Checker:
             if svc.componentType == "worker"
         ]
         for name, svc in services.items():
-            if svc.componentType != "worker" and svc.replicas is not None and svc.replicas < 1:
-                self.add(f"spec.services.{name}.replicas", f"expected >= 1, got {svc.replicas}")
+            if svc.componentType != "worker" and svc.replicas is not None:
+                self._replicas(f"spec.services.{name}.replicas", svc.replicas)
         self._graph(workers, kinds)
         for worker in workers:
             self._worker_checks(worker)
@@ -554,8 +560,10 @@ class _Checker:
                 )
         if svc.replicas is None:
             self.add(f"{w.path}.replicas", "required for a worker, but not given")
-        elif svc.replicas < 1:
-            self.add(f"{w.path}.replicas", f"expected >= 1, got {svc.replicas}")
+        else:
+            self._replicas(f"{w.path}.replicas", svc.replicas)
+        if w.engine is not None:
+            self._engine_ranges(w)
         gpu_path = f"{w.path}.resources.limits.gpu"
         gpu = svc.resources.limits.gpu if svc.resources and svc.resources.limits else None
         if gpu is None:
@@ -566,6 +574,24 @@ class _Checker:
             self._gpu_matches_engine(w, int(gpu), gpu_path)
         if w.backend == "trtllm" and w.engine is not None:
             self._trtllm_config(w, role)
+
+    def _replicas(self, path: str, replicas: int) -> None:
+        """Replicas of a service: at least one, at most the workers a replay can hold."""
+        if not 1 <= replicas <= LIMITS["max_workers"]:
+            self.add(path, f"expected 1 to {LIMITS['max_workers']:,}, got {replicas}")
+
+    def _engine_ranges(self, w: _Worker) -> None:
+        """A block size and a context length a deployment can have (the candidate's rules)."""
+        for key, problem in (
+            ("block_size", block_size_problem),
+            ("context_length", context_length_problem),
+        ):
+            setting = w.setting(key)
+            if setting is None:
+                continue
+            value = _int_value(setting, human=key == "context_length" and w.backend == "vllm")
+            if value is not None and (why := problem(value)):
+                self.add(setting.path, f"{setting.name}: {why}")
 
     def _parallel(self, w: _Worker, key: str) -> int | None:
         setting = w.setting(key)

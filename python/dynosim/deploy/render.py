@@ -101,6 +101,11 @@ def _role_params(
     return params
 
 
+#: GPUs of the largest deployment rendered: AIC's generator works per replica, and beyond this
+#: it runs for minutes and writes thousands of files for a cluster nobody deploys.
+MAX_RENDER_GPUS = 16_384
+
+
 def render_dgd(
     candidate: Candidate | Mapping[str, Any],
     workload: TraceWorkload | SyntheticWorkload | Mapping[str, Any],
@@ -120,6 +125,12 @@ def render_dgd(
     and :class:`~dynosim.errors.ManifestError` when AIC returns no ``k8s_deploy.yaml``.
     """
     cand = candidate if isinstance(candidate, Candidate) else Candidate.model_validate(candidate)
+    gpus = sum(spec.replicas * spec.gpus_per_worker for spec in cand.roles().values())
+    if gpus > MAX_RENDER_GPUS:
+        raise ConfigError(
+            f"candidate: {gpus:,} GPUs over its roles (replicas x tensor x pipeline x data "
+            f"parallel size), more than the {MAX_RENDER_GPUS:,} a deployment is rendered for"
+        )
     if options is None:
         opts = RenderOptions()
     else:
@@ -171,4 +182,4 @@ def render_dgd(
     )
 
 
-__all__ = ["MANIFEST_ARTIFACT", "RenderedManifest", "render_dgd"]
+__all__ = ["MANIFEST_ARTIFACT", "MAX_RENDER_GPUS", "RenderedManifest", "render_dgd"]

@@ -263,6 +263,11 @@ def _layouts(
     return out
 
 
+#: The most GPUs a plan may use: its search lists the points (a worker count per role) within
+#: the limit, about max_gpus^2 / 2 of them for a disaggregated layout of 1-GPU workers.
+MAX_PLAN_GPUS = 1024
+
+
 def plan(
     workload: WorkloadLike,
     *,
@@ -313,10 +318,16 @@ def plan(
         render, render_options: render the pick with AIC and validate the manifest against it.
 
     Raises:
-        ConfigError: bad arguments, or ``max_gpus`` below one worker of every layout.
+        ConfigError: bad arguments, ``max_gpus`` past ``MAX_PLAN_GPUS``, or below one worker
+            of every layout.
     """
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
         raise ConfigError(f"max_gpus: expected a positive integer, got {max_gpus!r}")
+    if max_gpus > MAX_PLAN_GPUS:
+        raise ConfigError(
+            f"max_gpus: at most {MAX_PLAN_GPUS:,} (the search walks the pairs of prefill and "
+            f"decode worker counts within it), got {max_gpus:,}"
+        )
     if search not in SEARCHES:
         raise ConfigError(f"search: expected one of {', '.join(SEARCHES)}, got {search!r}")
     the_sla = Sla.coerce(sla)
@@ -537,4 +548,4 @@ def _drive(
     return rows
 
 
-__all__ = ["SEARCHES", "SETTINGS", "Layout", "LayoutResult", "PlanResult", "plan"]
+__all__ = ["MAX_PLAN_GPUS", "SEARCHES", "SETTINGS", "Layout", "LayoutResult", "PlanResult", "plan"]

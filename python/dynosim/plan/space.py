@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.config import SimConfig
 from dynosim.errors import ConfigError
@@ -90,6 +92,19 @@ def _values(path: str, values: Any) -> list[Any]:
     return list(values)
 
 
+#: The most candidates a space holds: each is a configuration to replay.
+MAX_CANDIDATES = 1_000_000
+
+
+def _check_size(n: int, how: str) -> None:
+    """Refuse a space of ``n`` candidates (``how`` spells the product) past the limit, before
+    listing them."""
+    if n > MAX_CANDIDATES:
+        raise ConfigError(
+            f"space: {how} = {n:,} candidates, more than the {MAX_CANDIDATES:,} a sweep replays"
+        )
+
+
 class Space:
     """Candidates, each a mapping of dotted config path -> value.
 
@@ -106,6 +121,10 @@ class Space:
         for path in grid:
             check_path(path)
         lists = [_values(p, v) for p, v in grid.items()]
+        _check_size(
+            math.prod(len(v) for v in lists),
+            " x ".join(f"{len(v):,} {p}" for p, v in zip(grid, lists, strict=True)),
+        )
         self._candidates: list[dict[str, Any]] = [
             dict(zip(grid, combo, strict=True)) for combo in itertools.product(*lists)
         ]
@@ -171,10 +190,9 @@ class Space:
     def load(cls, path: str | Path) -> Space:
         """A space from a YAML or JSON file (:meth:`from_mapping`); problems name the file."""
         path = Path(path)
+        text = read_input(path, ConfigError, "space", max_line=MAX_LINE_BYTES)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the space: {e.strerror or e}") from None
+            data = yaml.safe_load(text.decode("utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
         if not isinstance(data, Mapping) or not data:
@@ -193,6 +211,7 @@ class Space:
                 f"space: a product sets {', '.join(sorted(both))} on both sides; "
                 "zip the lists instead"
             )
+        _check_size(len(self) * len(other), f"{len(self):,} x {len(other):,} candidates")
         return Space.of([{**a, **b} for a in self._candidates for b in other._candidates])
 
     def __add__(self, other: Space) -> Space:
@@ -240,4 +259,4 @@ class Space:
         return f"Space({len(self)} candidates over {', '.join(self.paths) or 'no paths'})"
 
 
-__all__ = ["ZIP_KEY", "Space", "check_path", "set_path"]
+__all__ = ["MAX_CANDIDATES", "ZIP_KEY", "Space", "check_path", "set_path"]

@@ -11,16 +11,13 @@ import numpy as np
 
 from dynosim import _core
 from dynosim.workload.columns import TraceColumns
-from dynosim.workload.reading import arrival_order, csr_take, naming_lines, unreadable
+from dynosim.workload.reading import arrival_order, csr_take, naming_lines, read_trace_bytes
 
 
 def read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
     """The requests of the Mooncake trace ``path`` as columns, in arrival order, the first at
     0 ms; a bad row raises WorkloadError naming the file, line, field and value."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise unreadable(path, exc) from exc
+    data = read_trace_bytes(path)
     # The core parses and checks every row (file order); sorting stays here.
     rows = _core.parse_mooncake(data, str(path), trace_block_size)
     lines = rows["line"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,16 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
-from dynosim.errors import WorkloadError
+from dynosim.errors import WorkloadError, warn
 
 #: Lengths travel as uint32.
 MAX_LENGTH = 2**32
 
 
-def unreadable(path: Path, exc: OSError) -> WorkloadError:
-    """The error for a trace file that cannot be read."""
-    return WorkloadError(f"{path}: cannot read the trace: {exc.strerror or exc}")
+def read_trace_bytes(path: Path) -> bytes:
+    """The bytes of a trace file; a device, or a line too long to be a row, is refused."""
+    return read_input(path, WorkloadError, "trace", max_line=MAX_LINE_BYTES)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -35,11 +35,10 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The text of a UTF-8 file (a byte-order mark dropped)."""
+    """The text of a UTF-8 file (a byte-order mark dropped, CRLF and CR read as LF)."""
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise unreadable(path, exc) from exc
+        text = read_trace_bytes(path).decode("utf-8-sig")
+        return text.replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
 
@@ -69,12 +68,10 @@ def arrival_order(path: Path, times: np.ndarray, line_numbers: Any) -> np.ndarra
     late[1:] = times[1:] < np.maximum.accumulate(times)[:-1]
     if not late.any():
         return np.arange(len(times))
-    warnings.warn(
+    warn(
         f"{path}: {int(late.sum())} of {len(times)} rows arrive earlier than a row above them "
         f"(first at line {line_numbers[int(np.argmax(late))]}); sorted by timestamp, "
-        "keeping file order among equal timestamps",
-        UserWarning,
-        stacklevel=5,  # past this, the reader, columns() and load_trace, to their caller
+        "keeping file order among equal timestamps"
     )
     return np.argsort(times, kind="stable")
 
@@ -113,6 +110,6 @@ __all__ = [
     "naming_lines",
     "read_lines",
     "read_text",
+    "read_trace_bytes",
     "token_count",
-    "unreadable",
 ]

@@ -236,6 +236,15 @@ fn check(fields: &mut Fields, count: usize, trace_block_size: u64, keys: &str) -
              {trace_block_size} tokens per id, but {in_key} is {input_length}"
         ));
     }
+    let too_many = crate::workload::too_many_ids(
+        count as u64,
+        u64::from(input_length),
+        trace_block_size,
+        in_key,
+    );
+    if let Some(message) = too_many {
+        return Err(format!("field 'hash_ids': {message}"));
+    }
 
     // JSON null counts as absent.
     let session = match fields.values[SESSION_ID].take() {
@@ -510,11 +519,13 @@ mod tests {
             "[9223372036854775807, 0]",
         ] {
             // A bad `hash_ids` before the good one fails the first reading, not the row.
+            // One token per id: the row's input_length is its id count.
+            let count = ids.matches(',').count() + 1;
             let read = |fields: &str| {
                 let text = format!(
-                    r#"{{"timestamp": 0, "input_length": 1, "output_length": 1, {fields}, "timestamp": 2}}"#
+                    r#"{{"timestamp": 0, "input_length": {count}, "output_length": 1, {fields}, "timestamp": 2}}"#
                 );
-                let rows = parse_mooncake(text.as_bytes(), "t.jsonl", u64::MAX).unwrap();
+                let rows = parse_mooncake(text.as_bytes(), "t.jsonl", 1).unwrap();
                 (rows.hash_ids, rows.timestamp_ms)
             };
             let first = read(&format!(r#""hash_ids": {ids}"#));
@@ -788,7 +799,7 @@ mod tests {
             non_negative("input_tokens", "-3")
         );
         let rows = parse(&row_with(
-            r#""input_length": 1, "output_length": 4294967295"#,
+            r#""input_length": 513, "output_length": 4294967295"#,
         ))
         .unwrap();
         assert_eq!(rows.output_length, [4294967295]);
@@ -838,7 +849,18 @@ mod tests {
             "t.jsonl:1: field 'hash_ids': too few hash ids: got 4, which cover 32 tokens at 8 tokens per id, but input_tokens is 64"
         );
         // The product does not overflow.
-        assert!(parse_mooncake(ROW.as_bytes(), "t.jsonl", u64::MAX).is_ok());
+        let one_id = ROW.replace("[1, 2]", "[1]");
+        assert!(parse_mooncake(one_id.as_bytes(), "t.jsonl", u64::MAX).is_ok());
+        // A trace hashed at 64 tokens per id read at the default 512.
+        let fine = parse_mooncake(
+            br#"{"timestamp": 1, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}"#,
+            "t.jsonl",
+            512,
+        );
+        assert_eq!(
+            fine.unwrap_err().to_string(),
+            "t.jsonl:1: field 'hash_ids': too many hash ids: got 16, but input_length 1000 needs 2 at 512 tokens per id; the ids imply a trace block size of 64 (--trace-block-size 64)"
+        );
     }
 
     #[test]
@@ -940,14 +962,22 @@ mod tests {
         );
     }
 
+    /// Tokens per id of the rows `arb_row` makes.
+    const ARB_BLOCK: u32 = 1 << 28;
+
+    /// A row whose input_length needs exactly its ids at `ARB_BLOCK` tokens per id.
     fn arb_row() -> impl Strategy<Value = (u64, u32, u32, Vec<u64>, Option<i64>)> {
         (
             0u64..1 << 53,
-            1u32..=u32::MAX,
+            1u32..=ARB_BLOCK,
             1u32..=u32::MAX,
             prop::collection::vec(0u64..1 << 63, 1..6),
             prop::option::of(-3i64..3),
         )
+            .prop_map(|(ts, last, output, ids, session)| {
+                let input = (ids.len() as u32 - 1) * ARB_BLOCK + last;
+                (ts, input, output, ids, session)
+            })
     }
 
     proptest! {
@@ -965,7 +995,7 @@ mod tests {
                 text.push_str(["\n", "\r\n", "\r"][*gap]);
                 text.push_str(&"\n".repeat(*gap));
             }
-            let parsed = parse_mooncake(text.as_bytes(), "t.jsonl", u64::MAX).unwrap();
+            let parsed = parse_mooncake(text.as_bytes(), "t.jsonl", u64::from(ARB_BLOCK)).unwrap();
             prop_assert_eq!(parsed.line.len(), rows.len());
             let mut offset = 0;
             for (n, ((ts, input, output, ids, session), _, _)) in rows.iter().enumerate() {

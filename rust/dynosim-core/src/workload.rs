@@ -138,6 +138,14 @@ impl<'a> Workload<'a> {
                     self.input_length[i]
                 ));
             }
+            if let Some(message) = too_many_ids(
+                hi - lo,
+                u64::from(self.input_length[i]),
+                u64::from(self.trace_block_size),
+                "input_length",
+            ) {
+                return bad(message);
+            }
         }
         Ok(())
     }
@@ -166,6 +174,49 @@ impl<'a> Workload<'a> {
     }
 }
 
+/// Why `count` hash ids are too many for a prompt of `input_length` tokens at
+/// `trace_block_size` tokens per id (one id per started block: `ceil(input_length / size)`), or
+/// `None`. A trace hashed at a smaller block size than it is read with has too many: replaying
+/// it so would count reuse over the wrong tokens, so the message suggests the size the ids
+/// imply. `length_key` names the length field.
+pub fn too_many_ids(
+    count: u64,
+    input_length: u64,
+    trace_block_size: u64,
+    length_key: &str,
+) -> Option<String> {
+    let needed = input_length.div_ceil(trace_block_size.max(1));
+    if count <= needed {
+        return None;
+    }
+    let hint = match implied_block_size(count, input_length) {
+        Some(size) => {
+            format!("; the ids imply a trace block size of {size} (--trace-block-size {size})")
+        }
+        None => format!("; no trace block size gives {count} ids for {input_length} tokens"),
+    };
+    Some(format!(
+        "too many hash ids: got {count}, but {length_key} {input_length} needs {needed} at \
+         {trace_block_size} tokens per id{hint}"
+    ))
+}
+
+/// A block size `b` with `ceil(input_length / b) == count` (`count` >= 1): a power of two if
+/// one fits, as traces are hashed, else the smallest.
+fn implied_block_size(count: u64, input_length: u64) -> Option<u64> {
+    let lo = input_length.div_ceil(count);
+    // ceil(L / b) == n  <=>  L / n <= b < L / (n - 1).
+    let hi = match count {
+        1 => u64::MAX,
+        n => (input_length - 1) / (n - 1),
+    };
+    if lo > hi || lo == 0 {
+        return None;
+    }
+    let power = lo.checked_next_power_of_two().filter(|&p| p <= hi);
+    Some(power.unwrap_or(lo))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -189,6 +240,34 @@ pub(crate) mod tests {
             session: None,
             delay_ms: None,
         }
+    }
+
+    /// A trace hashed at 64 tokens per id read at 512: more ids than the prompt has blocks.
+    #[test]
+    fn more_hash_ids_than_blocks_suggest_the_implied_block_size() {
+        // 1,000 tokens at 64 per id: ceil(1000 / 64) = 16 ids; at 512 it needs 2.
+        let ids: Vec<u64> = (0..16).collect();
+        let w = columns(&ids, &[0, 16], &[1000], &[1], &[0.0], 512);
+        assert_eq!(
+            w.validate().unwrap_err().to_string(),
+            "workload request 0: too many hash ids: got 16, but input_length 1000 needs 2 at \
+             512 tokens per id; the ids imply a trace block size of 64 (--trace-block-size 64)"
+        );
+        assert!(columns(&ids, &[0, 16], &[1000], &[1], &[0.0], 64)
+            .validate()
+            .is_ok());
+        // 10 tokens: 1 per id gives 10 ids, 2 per id 5; nothing gives 9.
+        let w = columns(&ids[..9], &[0, 9], &[10], &[1], &[0.0], 16);
+        assert!(w
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .ends_with("no trace block size gives 9 ids for 10 tokens"));
+        // 100 tokens in 3 ids: sizes 34..=49 give 3; no power of two does, so 34.
+        assert_eq!(implied_block_size(3, 100), Some(34));
+        // 1,000 in 2: sizes 500..=999, and 512 is a power of two.
+        assert_eq!(implied_block_size(2, 1000), Some(512));
+        assert_eq!(implied_block_size(1, 7), Some(8));
     }
 
     #[test]

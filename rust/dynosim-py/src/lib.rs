@@ -106,6 +106,12 @@ fn engine_pass_token_budget(py: Python<'_>, engine_json: &str) -> PyResult<u32> 
     Ok(engine.pass_token_budget())
 }
 
+/// The upper bounds of configuration sizes, as JSON (`max_workers`, ...).
+#[pyfunction]
+fn config_limits_json() -> String {
+    dynosim_core::config::limits::limits_json().to_string()
+}
+
 /// The JSON of the aic timing fields a section may leave out, with their values.
 #[pyfunction]
 fn aic_timing_defaults_json() -> String {
@@ -122,12 +128,12 @@ fn resolve_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> {
 }
 
 /// KV bytes of one token on one GPU of a `tp`-way tensor-parallel rank, for a `kv_shape`
-/// document.
+/// document (checked by the core's rules first).
 #[pyfunction]
-fn kv_shape_bytes_per_token(py: Python<'_>, shape_json: &str, tp: u32) -> PyResult<u64> {
-    let shape: KvShape =
-        serde_json::from_str(shape_json).map_err(|e| raise(py, "ConfigError", e.to_string()))?;
-    Ok(shape.bytes_per_token(tp))
+fn kv_shape_bytes_per_token(py: Python<'_>, shape_json: &str, tp: i64) -> PyResult<u64> {
+    KvShape::from_json(shape_json)
+        .and_then(|shape| shape.checked_bytes_per_token("kv_shape", tp))
+        .map_err(|e| to_py_err(py, e))
 }
 
 /// The request columns of a `dynosim.workload.TraceColumns` (any object with its attributes),
@@ -416,5 +422,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_pass_token_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(config_limits_json, m)?)?;
     Ok(())
 }

@@ -8,7 +8,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Result, SimError};
+use super::limits::{
+    count, product, MAX_BATCHED_TOKENS, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_PARALLEL,
+    MAX_RANK_TOKENS,
+};
+use super::{positive, Result, SimError};
 
 /// A serving engine: the scheduler dynosim models for a worker, and the engine whose measured
 /// kernels AIConfigurator prices.
@@ -433,23 +437,47 @@ pub(super) fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
         }
     }
     let mut counts = vec![
-        ("block_size", e.block_size()),
-        ("num_gpu_blocks", e.num_gpu_blocks),
-        ("max_num_seqs", e.max_num_seqs),
-        ("tensor_parallel_size", e.tensor_parallel_size),
-        ("data_parallel_size", e.data_parallel_size),
+        ("block_size", e.block_size(), MAX_BLOCK_SIZE),
+        ("num_gpu_blocks", e.num_gpu_blocks, MAX_BLOCKS),
+        ("max_num_seqs", e.max_num_seqs, MAX_NUM_SEQS),
+        ("tensor_parallel_size", e.tensor_parallel_size, MAX_PARALLEL),
+        ("data_parallel_size", e.data_parallel_size, MAX_PARALLEL),
     ];
     match e.backend {
-        Backend::Vllm => counts.push(("max_num_batched_tokens", e.vllm().max_num_batched_tokens)),
-        Backend::Trtllm => counts.push(("max_num_tokens", e.trtllm().max_num_tokens)),
+        Backend::Vllm => counts.push((
+            "max_num_batched_tokens",
+            e.vllm().max_num_batched_tokens,
+            MAX_BATCHED_TOKENS,
+        )),
+        Backend::Trtllm => counts.push((
+            "max_num_tokens",
+            e.trtllm().max_num_tokens,
+            MAX_BATCHED_TOKENS,
+        )),
         Backend::Sglang => {
             let s = e.sglang();
             counts.extend([
-                ("page_size", s.page_size),
-                ("chunked_prefill_size", s.chunked_prefill_size),
-                ("max_prefill_tokens", s.max_prefill_tokens),
-                ("new_token_ratio_decay_steps", s.new_token_ratio_decay_steps),
-                ("clip_max_new_tokens", s.clip_max_new_tokens),
+                ("page_size", s.page_size, MAX_BLOCK_SIZE),
+                (
+                    "chunked_prefill_size",
+                    s.chunked_prefill_size,
+                    MAX_BATCHED_TOKENS,
+                ),
+                (
+                    "max_prefill_tokens",
+                    s.max_prefill_tokens,
+                    MAX_BATCHED_TOKENS,
+                ),
+                (
+                    "new_token_ratio_decay_steps",
+                    s.new_token_ratio_decay_steps,
+                    MAX_BATCHED_TOKENS,
+                ),
+                (
+                    "clip_max_new_tokens",
+                    s.clip_max_new_tokens,
+                    MAX_BATCHED_TOKENS,
+                ),
             ]);
             for (name, value) in [
                 ("schedule_conservativeness", s.schedule_conservativeness),
@@ -460,9 +488,20 @@ pub(super) fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
             }
         }
     }
-    for (name, value) in counts {
-        at_least_one(&format!("{section}.{name}"), value)?;
+    for (name, value, max) in counts {
+        count(&format!("{section}.{name}"), value, max)?;
     }
+    // A rank's token positions (prompt plus output) are 32-bit.
+    let blocks = format!("{section}.num_gpu_blocks");
+    product(
+        &blocks,
+        &[
+            (&blocks, u64::from(e.num_gpu_blocks)),
+            (&format!("{section}.block_size"), u64::from(e.block_size())),
+        ],
+        MAX_RANK_TOKENS,
+        "tokens per rank",
+    )?;
     Ok(())
 }
 
@@ -521,7 +560,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "engine.max_num_tokens: must be >= 1, got 0"
+            "engine.max_num_tokens: must be between 1 and 100,000,000, got 0"
         );
     }
 }

@@ -2,7 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Result, SimError};
+use super::limits::{
+    count, positive_at_most, thousands, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS,
+    MAX_KV_BYTES_PER_TOKEN, MAX_LAYERS, MAX_PARALLEL,
+};
+use super::{Result, SimError};
 
 /// How a transfer's rate is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,14 +75,49 @@ impl KvShape {
         u64::from(self.num_layers) * per_layer * u64::from(self.dtype_bytes)
     }
 
+    /// A shape from its JSON document (a `kv_shape` section on its own).
+    pub fn from_json(text: &str) -> Result<Self> {
+        super::parse_json(text, "kv_shape")
+    }
+
+    /// `bytes_per_token(tp)` of a shape not yet checked (one handed in on its own, not in a
+    /// configuration): the shape at dotted path `section` and `tp` are checked first, so the
+    /// product cannot wrap.
+    pub fn checked_bytes_per_token(&self, section: &str, tp: i64) -> Result<u64> {
+        self.validate(section)?;
+        let tp = u32::try_from(tp).map_err(|_| {
+            SimError::config(
+                "tp",
+                format!(
+                    "must be between 1 and {}, got {tp}",
+                    thousands(u64::from(MAX_PARALLEL))
+                ),
+            )
+        })?;
+        count("tp", tp, MAX_PARALLEL)?;
+        Ok(self.bytes_per_token(tp))
+    }
+
     pub(super) fn validate(&self, section: &str) -> Result<()> {
-        for (name, value) in [
-            ("num_layers", self.num_layers),
-            ("num_kv_heads", self.num_kv_heads),
-            ("head_dim", self.head_dim),
-            ("dtype_bytes", self.dtype_bytes),
+        for (name, value, max) in [
+            ("num_layers", self.num_layers, MAX_LAYERS),
+            ("num_kv_heads", self.num_kv_heads, MAX_HEADS),
+            ("head_dim", self.head_dim, MAX_HEADS),
+            ("dtype_bytes", self.dtype_bytes, MAX_DTYPE_BYTES),
         ] {
-            at_least_one(&format!("{section}.{name}"), value)?;
+            count(&format!("{section}.{name}"), value, max)?;
+        }
+        // Within the bounds above the product fits u64; the bytes it gives are bounded like
+        // kv_bytes_per_token.
+        let bytes = self.bytes_per_token(1) as f64;
+        if bytes > MAX_KV_BYTES_PER_TOKEN {
+            return Err(SimError::config(
+                section,
+                format!(
+                    "gives {bytes:e} KV bytes per token, more than the limit of \
+                     {MAX_KV_BYTES_PER_TOKEN:e}"
+                ),
+            ));
         }
         Ok(())
     }
@@ -132,10 +171,10 @@ impl KvTransferConfig {
 
     pub(super) fn validate(&self) -> Result<()> {
         if let Some(b) = self.bandwidth_gbps {
-            positive("kv_transfer.bandwidth_gbps", b)?;
+            positive_at_most("kv_transfer.bandwidth_gbps", b, MAX_GBPS)?;
         }
         if let Some(b) = self.decode_bandwidth_gbps {
-            positive("kv_transfer.decode_bandwidth_gbps", b)?;
+            positive_at_most("kv_transfer.decode_bandwidth_gbps", b, MAX_GBPS)?;
             if self.bandwidth_gbps.is_none() {
                 return Err(SimError::config(
                     "kv_transfer.decode_bandwidth_gbps",
@@ -150,7 +189,7 @@ impl KvTransferConfig {
             ));
         }
         if let Some(b) = self.kv_bytes_per_token {
-            positive("kv_transfer.kv_bytes_per_token", b)?;
+            positive_at_most("kv_transfer.kv_bytes_per_token", b, MAX_KV_BYTES_PER_TOKEN)?;
         }
         if let Some(shape) = &self.kv_shape {
             shape.validate("kv_transfer.kv_shape")?;

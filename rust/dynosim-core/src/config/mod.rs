@@ -5,6 +5,7 @@
 mod cluster;
 mod engine;
 mod kv_transfer;
+pub mod limits;
 mod offload;
 mod report;
 mod resolved;
@@ -52,9 +53,9 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// Parse a JSON document; missing fields take their defaults, unknown ones are errors.
+    /// A document that cannot be read names the dotted path of the field at fault.
     pub fn from_json(text: &str) -> Result<Self> {
-        let config: SimConfig =
-            serde_json::from_str(text).map_err(|e| SimError::ConfigFormat(e.to_string()))?;
+        let config: SimConfig = parse_json(text, "")?;
         config.validate()?;
         Ok(config)
     }
@@ -80,9 +81,17 @@ impl SimConfig {
     /// Check every value range; the error names the dotted field path and the value.
     pub fn validate(&self) -> Result<()> {
         let c = &self.cluster;
-        at_least_one("cluster.num_workers", c.num_workers)?;
-        at_least_one("cluster.num_prefill_workers", c.num_prefill_workers)?;
-        at_least_one("cluster.num_decode_workers", c.num_decode_workers)?;
+        limits::count("cluster.num_workers", c.num_workers, limits::MAX_WORKERS)?;
+        limits::count(
+            "cluster.num_prefill_workers",
+            c.num_prefill_workers,
+            limits::MAX_WORKERS,
+        )?;
+        limits::count(
+            "cluster.num_decode_workers",
+            c.num_decode_workers,
+            limits::MAX_WORKERS,
+        )?;
         positive("cluster.arrival_speedup_ratio", c.arrival_speedup_ratio)?;
         if !(c.overlap_weight.is_finite() && c.overlap_weight >= 0.0) {
             return Err(SimError::config(
@@ -91,7 +100,7 @@ impl SimConfig {
             ));
         }
         if let Some(n) = c.concurrency {
-            at_least_one("cluster.concurrency", n)?;
+            limits::count("cluster.concurrency", n, limits::MAX_CONCURRENCY)?;
         }
         engine::validate_engine("engine", &self.engine)?;
         timing::validate_timing("timing", &self.timing)?;
@@ -103,6 +112,7 @@ impl SimConfig {
                 timing::validate_timing(&format!("{name}.timing"), t)?;
             }
         }
+        self.validate_cluster_size()?;
         self.validate_aic_layouts()?;
         self.kv_transfer.validate()?;
         self.sla.validate()?;
@@ -120,6 +130,46 @@ impl SimConfig {
                     self.role_paths(role).1,
                     "aic timing is priced from tables that dynosim's Python layer builds with \
                      AIConfigurator; replace it by its table section (model: table) to replay",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The ranks (each a scheduler) and GPUs of every pool the replay runs stay within their
+    /// limits; products are computed with checked arithmetic, so no count wraps around.
+    fn validate_cluster_size(&self) -> Result<()> {
+        let (mut ranks, mut gpus) = (0u64, 0u64);
+        for (role, workers) in self.roles() {
+            let engine = self.role(role).0;
+            let engine_path = self.role_paths(role).0;
+            let workers_path = match role {
+                Role::Aggregated => "cluster.num_workers",
+                Role::Prefill => "cluster.num_prefill_workers",
+                Role::Decode => "cluster.num_decode_workers",
+            };
+            let dp = format!("{engine_path}.data_parallel_size");
+            let tp = format!("{engine_path}.tensor_parallel_size");
+            let w = (workers_path, u64::from(workers));
+            let d = (dp.as_str(), u64::from(engine.data_parallel_size));
+            let t = (tp.as_str(), u64::from(engine.tensor_parallel_size));
+            ranks += limits::product(workers_path, &[w, d], limits::MAX_RANKS, "ranks")?;
+            gpus += limits::product(workers_path, &[w, t, d], limits::MAX_GPUS, "GPUs")?;
+        }
+        // Both pools together (each alone is within the limit, so the sums cannot overflow).
+        for (total, max, unit) in [
+            (ranks, limits::MAX_RANKS, "ranks"),
+            (gpus, limits::MAX_GPUS, "GPUs"),
+        ] {
+            if total > max {
+                return Err(SimError::config(
+                    "cluster",
+                    format!(
+                        "the prefill and decode pools have {} {unit} together, more than the \
+                         limit of {}",
+                        limits::thousands(total),
+                        limits::thousands(max)
+                    ),
                 ));
             }
         }
@@ -187,14 +237,40 @@ pub(crate) fn positive(field: &str, value: f64) -> Result<()> {
     }
 }
 
-pub(crate) fn at_least_one(field: &str, value: u32) -> Result<()> {
-    if value >= 1 {
-        Ok(())
-    } else {
-        Err(SimError::config(
-            field,
-            format!("must be >= 1, got {value}"),
-        ))
+/// A JSON document of settings read as a `T` at dotted path `section` ("": the whole
+/// configuration); an error names the dotted path of the field at fault.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str, section: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| format_error(e, section))
+}
+
+/// A document serde could not read, as the dotted path of the field at fault below `section`
+/// (list items as `[i]`) and serde's message without the position in the internal JSON.
+fn format_error(err: serde_path_to_error::Error<serde_json::Error>, section: &str) -> SimError {
+    let path = err.path().to_string();
+    let text = err.inner().to_string();
+    let message = match text.rsplit_once(" at line ") {
+        Some((message, _)) => message,
+        None => &text,
+    };
+    // serde names Rust's integer types; say what they mean.
+    let message = message
+        .replace("expected u32", "expected an integer from 0 to 4294967295")
+        .replace(
+            "expected u64",
+            "expected an integer from 0 to 18446744073709551615",
+        );
+    // A field's path starts at a key of the document; anything else (not an object, broken
+    // JSON) is the document's fault.
+    use serde_path_to_error::Segment;
+    let mut segments = err.path().iter();
+    let named = matches!(segments.next(), Some(Segment::Map { .. }))
+        && !segments.any(|s| matches!(s, Segment::Unknown));
+    match (named, section) {
+        (true, "") => SimError::config(&path, message),
+        (true, _) => SimError::config(&format!("{section}.{path}"), message),
+        (false, "") => SimError::ConfigFormat(message),
+        (false, _) => SimError::config(section, message),
     }
 }
 
@@ -216,7 +292,10 @@ mod tests {
     #[test]
     fn bad_values_name_their_field() {
         let err = SimConfig::from_json(r#"{"engine": {"block_size": 0}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "engine.block_size: must be >= 1, got 0");
+        assert_eq!(
+            err.to_string(),
+            "engine.block_size: must be between 1 and 65,536, got 0"
+        );
         let err = SimConfig::from_json(
             r#"{"timing": {"model": "fixed", "prefill_ms": -1, "decode_ms": 1}}"#,
         )
@@ -229,7 +308,149 @@ mod tests {
     #[test]
     fn unknown_fields_are_rejected() {
         let err = SimConfig::from_json(r#"{"engine": {"blok_size": 3}}"#).unwrap_err();
-        assert!(matches!(err, SimError::ConfigFormat(ref m) if m.contains("blok_size")));
+        assert!(
+            matches!(err, SimError::Config { ref field, ref message }
+                if field == "engine.blok_size" && message.contains("unknown field")),
+            "{err}"
+        );
+    }
+
+    /// Every document error names its dotted path, whatever serde or a range check found.
+    #[test]
+    fn unreadable_values_name_their_dotted_path() {
+        for (doc, expected) in [
+            (
+                r#"{"cluster": {"num_workers": -1}}"#,
+                "cluster.num_workers: invalid value: integer `-1`, expected an integer from 0 \
+                 to 4294967295",
+            ),
+            (
+                r#"{"engine": {"max_num_seqs": -1}}"#,
+                "engine.max_num_seqs: invalid value: integer `-1`, expected an integer from 0 \
+                 to 4294967295",
+            ),
+            (
+                r#"{"offload": {"g2_blocks": -5}}"#,
+                "offload.g2_blocks: invalid value: integer `-5`, expected an integer from 0 to \
+                 4294967295",
+            ),
+            (
+                r#"{"cluster": {"router_seed": -1}}"#,
+                "cluster.router_seed: invalid value: integer `-1`, expected an integer from 0 \
+                 to 18446744073709551615",
+            ),
+            (
+                r#"{"engine": {"num_gpu_blocks": 1099511627776}}"#,
+                "engine.num_gpu_blocks: invalid value: integer `1099511627776`, expected an \
+                 integer from 0 to 4294967295",
+            ),
+            (
+                r#"{"cluster": {"num_workers": true}}"#,
+                "cluster.num_workers: invalid type: boolean `true`, expected an integer from 0 \
+                 to 4294967295",
+            ),
+            (
+                r#"{"decode": {"engine": {"block_size": "x"}}}"#,
+                "decode.engine.block_size: invalid type: string \"x\", expected an integer \
+                 from 0 to 4294967295",
+            ),
+        ] {
+            let err = SimConfig::from_json(doc).unwrap_err();
+            assert_eq!(err.to_string(), expected, "{doc}");
+        }
+        // A tagged section: serde reads it whole, so the path is the section's.
+        let err = SimConfig::from_json(r#"{"timing": {"speedup_ratio": 0}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "timing: missing field `model`");
+        // What is not an object of sections names no field.
+        for doc in ["{not json", "[1]", "3"] {
+            let err = SimConfig::from_json(doc).unwrap_err();
+            assert!(matches!(err, SimError::ConfigFormat(_)), "{doc}: {err}");
+        }
+    }
+
+    /// Sizes past their limits are refused naming the field and the limit, before anything is
+    /// allocated; products of sizes are checked without wrapping.
+    #[test]
+    fn sizes_past_their_limits_name_field_and_limit() {
+        for (doc, expected) in [
+            (
+                r#"{"engine": {"num_gpu_blocks": 4000000000}}"#,
+                "engine.num_gpu_blocks: must be between 1 and 1,000,000,000, got 4000000000",
+            ),
+            (
+                r#"{"cluster": {"num_workers": 100000000}}"#,
+                "cluster.num_workers: must be between 1 and 100,000, got 100000000",
+            ),
+            (
+                r#"{"cluster": {"num_workers": 2147483648}}"#,
+                "cluster.num_workers: must be between 1 and 100,000, got 2147483648",
+            ),
+            (
+                r#"{"engine": {"tensor_parallel_size": 65536}}"#,
+                "engine.tensor_parallel_size: must be between 1 and 1,024, got 65536",
+            ),
+            // 100,000 x 1,024 x 1 = 102,400,000 GPUs.
+            (
+                r#"{"cluster": {"num_workers": 100000}, "engine": {"tensor_parallel_size": 1024}}"#,
+                "cluster.num_workers: cluster.num_workers 100,000 x engine.tensor_parallel_size \
+                 1,024 x engine.data_parallel_size 1 = 102,400,000 GPUs, more than the limit of \
+                 10,000,000",
+            ),
+            // 100,000 x DP 2 = 200,000 ranks.
+            (
+                r#"{"cluster": {"num_workers": 100000}, "engine": {"data_parallel_size": 2}}"#,
+                "cluster.num_workers: cluster.num_workers 100,000 x engine.data_parallel_size 2 \
+                 = 200,000 ranks, more than the limit of 100,000",
+            ),
+            (
+                r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 60000,
+                    "num_decode_workers": 60000}}"#,
+                "cluster: the prefill and decode pools have 120,000 ranks together, more than \
+                 the limit of 100,000",
+            ),
+            // 100,000,000 x 64 = 6.4e9 tokens, past 2^32 - 1.
+            (
+                r#"{"engine": {"num_gpu_blocks": 100000000}}"#,
+                "engine.num_gpu_blocks: engine.num_gpu_blocks 100,000,000 x engine.block_size \
+                 64 = 6,400,000,000 tokens per rank, more than the limit of 4,294,967,295",
+            ),
+            (
+                r#"{"prefill": {"engine": {"block_size": 65537}}}"#,
+                "prefill.engine.block_size: must be between 1 and 65,536, got 65537",
+            ),
+            (
+                r#"{"kv_transfer": {"kv_bytes_per_token": 1e308}}"#,
+                "kv_transfer.kv_bytes_per_token: must be at most 1e9, got 1e308",
+            ),
+            (
+                r#"{"kv_transfer": {"bandwidth_gbps": 1e300, "kv_bytes_per_token": 2}}"#,
+                "kv_transfer.bandwidth_gbps: must be at most 1e6, got 1e300",
+            ),
+            (
+                r#"{"offload": {"g2_blocks": 1, "g1_g2_gbps": 1e7}}"#,
+                "offload.g1_g2_gbps: must be at most 1e6, got 1e7",
+            ),
+            // 10,000 layers x 2 x 65,536 heads x 65,536 dims x 16 bytes = 1.37e15.
+            (
+                r#"{"kv_transfer": {"kv_shape": {"num_layers": 10000, "num_kv_heads": 65536,
+                    "head_dim": 65536, "dtype_bytes": 16}}}"#,
+                "kv_transfer.kv_shape: gives 1.37438953472e15 KV bytes per token, more than \
+                 the limit of 1e9",
+            ),
+            (
+                r#"{"cluster": {"concurrency": 0}}"#,
+                "cluster.concurrency: must be between 1 and 100,000,000, got 0",
+            ),
+        ] {
+            let err = SimConfig::from_json(doc).unwrap_err();
+            assert_eq!(err.to_string(), expected, "{doc}");
+        }
+        // At the limits themselves the configuration is valid: 65,536 x 65,535 < 2^32 tokens.
+        SimConfig::from_json(
+            r#"{"cluster": {"num_workers": 100000},
+                "engine": {"block_size": 65536, "num_gpu_blocks": 65535}}"#,
+        )
+        .unwrap();
     }
     #[test]
     fn aic_timing_needs_the_tp_of_the_engine_it_times() {
@@ -293,6 +514,42 @@ mod tests {
         assert_eq!((k.send_gbps, k.recv_gbps), (Some(8.0), Some(8.0)));
         assert_eq!(k.link_model, Some(LinkModel::MaxMin));
         assert_eq!(SimConfig::default().resolved().kv_transfer.link_model, None);
+    }
+
+    /// A shape handed in on its own is checked before its product is taken, which would wrap.
+    #[test]
+    fn a_shape_on_its_own_is_checked_before_its_bytes() {
+        let max = u32::MAX;
+        let doc = format!(
+            r#"{{"num_layers": {max}, "num_kv_heads": {max}, "head_dim": {max}, "dtype_bytes": 2}}"#
+        );
+        let err = KvShape::from_json(&doc)
+            .unwrap()
+            .checked_bytes_per_token("kv_shape", 1)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kv_shape.num_layers: must be between 1 and 10,000, got 4294967295"
+        );
+        let err = KvShape::from_json(r#"{"num_layers": -1}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("kv_shape.num_layers: invalid value: integer `-1`"),
+            "{err}"
+        );
+        let shape = KvShape::from_json(
+            r#"{"num_layers": 2, "num_kv_heads": 2, "head_dim": 2, "dtype_bytes": 2}"#,
+        )
+        .unwrap();
+        for tp in [-1, 0, 1 << 40] {
+            let err = shape.checked_bytes_per_token("kv_shape", tp).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("tp: must be between 1 and 1,024, got {tp}")
+            );
+        }
+        // 2 layers x 2 (K, V) x 2 heads x 2 dims x 2 bytes.
+        assert_eq!(shape.checked_bytes_per_token("kv_shape", 1), Ok(32));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Result, SimError};
+use super::limits::{count, positive_at_most, MAX_BLOCKS, MAX_GBPS};
+use super::{Result, SimError};
 
 /// KV offload tiers: blocks evicted from a rank's GPU cache (G1) go to its G2, blocks evicted
 /// from G2 to G3; a prefix found there is copied back up before the request is admitted. No G2
@@ -45,13 +46,13 @@ impl OffloadConfig {
 
     /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given).
     pub(super) fn validate(&self, kv_bytes_per_token: f64) -> Result<()> {
-        positive("offload.g1_g2_gbps", self.g1_g2_gbps)?;
-        positive("offload.g2_g3_gbps", self.g2_g3_gbps)?;
+        positive_at_most("offload.g1_g2_gbps", self.g1_g2_gbps, MAX_GBPS)?;
+        positive_at_most("offload.g2_g3_gbps", self.g2_g3_gbps, MAX_GBPS)?;
         if let Some(n) = self.g2_blocks {
-            at_least_one("offload.g2_blocks", n)?;
+            count("offload.g2_blocks", n, MAX_BLOCKS)?;
         }
         if let Some(n) = self.g3_blocks {
-            at_least_one("offload.g3_blocks", n)?;
+            count("offload.g3_blocks", n, MAX_BLOCKS)?;
             if self.g2_blocks.is_none() {
                 return Err(SimError::config(
                     "offload.g3_blocks",

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Backend, Result, SimError};
+use super::limits::{count, MAX_PARALLEL};
+use super::{positive, Backend, Result, SimError};
 
 /// Dynamo mocker's uncalibrated step-time polynomial:
 /// prefill_ms(T) = 4.209989e-7 T^2 + 1.518344e-2 T + 16.50142 over T uncached prompt tokens,
@@ -295,7 +296,7 @@ impl AicTiming {
             }
         }
         for (name, value) in [("tp", self.tp), ("dp", self.dp), ("ep", self.ep)] {
-            at_least_one(&format!("{section}.{name}"), value)?;
+            count(&format!("{section}.{name}"), value, MAX_PARALLEL)?;
         }
         let gpus = u64::from(self.tp) * u64::from(self.dp);
         if gpus % u64::from(self.ep) != 0 {

@@ -20,6 +20,9 @@ struct Slot {
     next: u32,
 }
 
+/// Slots a new cache reserves at most; it grows past them as blocks are used.
+const RESERVED_SLOTS: u32 = 1 << 16;
+
 /// The cache of one worker. Slot indices handed out stay valid until the caller releases them.
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -56,7 +59,9 @@ impl KvCache {
             active: 0,
             inactive: 0,
             slot_of: SlotIndex::new(capacity, ids),
-            slots: Vec::with_capacity(capacity as usize),
+            // Slots are created as blocks are first used: reserving a huge cache's whole
+            // capacity up front would take memory its replay may never touch.
+            slots: Vec::with_capacity(capacity.min(RESERVED_SLOTS) as usize),
             spare: NIL,
             lru_head: NIL,
             lru_tail: NIL,

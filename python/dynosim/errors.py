@@ -38,11 +38,16 @@ class ReportError(DynosimError, ValueError):
     version (the message names the file)."""
 
 
+class OutputError(DynosimError, OSError):
+    """An output file cannot be written (the message names it and says why)."""
+
+
 __all__ = [
     "ConfigError",
     "DynosimError",
     "ManifestError",
     "MissingExtraError",
+    "OutputError",
     "ReportError",
     "SimulationError",
     "WorkloadError",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import write_atomic
+from dynosim._files import make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     add_workload_arguments,
@@ -18,6 +18,7 @@ from dynosim.cli.common import (
     missing_extra_is_bad_input,
     workload_from_args,
 )
+from dynosim.cli.output import check_output_dir
 from dynosim.cli.rows import (
     add_search_arguments,
     rows_table,
@@ -60,12 +61,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out: Path = check_output_dir(args.output, "-o")
     space = Space.load(args.space)
     base = load_config(args.config)
     sla = sla_from_args(args)
     workload, source = workload_from_args(args, sample_when_missing=False)
-    out: Path = args.output
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     plot = can_plot(f"{out}/pareto.html")
     partial = out / PARTIAL
     handle: list[Any] = []  # opened with the first row: bad input leaves no file behind

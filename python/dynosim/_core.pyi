@@ -5,6 +5,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+#: The most requests one workload may hold (any kind: trace, synthetic, columns).
+MAX_REQUESTS: int
+#: The most prompt hash ids one workload may hold.
+MAX_HASH_IDS: int
+
 class Control:
     """A replay's count of finished requests and its stop switch, shared with other threads.
     One control may serve many replays at once; interrupting it stops them all."""

@@ -476,6 +476,8 @@ fn report_dict<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Control>()?;
+    m.add("MAX_REQUESTS", dynosim_core::workload::MAX_REQUESTS)?;
+    m.add("MAX_HASH_IDS", dynosim_core::workload::MAX_HASH_IDS)?;
     m.add_class::<PreparedWorkload>()?;
     m.add_function(wrap_pyfunction!(replay_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(replay_prepared_summary, m)?)?;

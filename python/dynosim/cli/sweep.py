@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import make_dirs, write_atomic
+from dynosim._files import cannot_write, make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     add_workload_arguments,
@@ -72,10 +72,13 @@ def run(args: argparse.Namespace) -> int:
     handle: list[Any] = []  # opened with the first row: bad input leaves no file behind
 
     def keep(row: dict[str, Any]) -> None:
-        if not handle:
-            handle.append(open(partial, "w", encoding="utf-8"))
-        handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
-        handle[0].flush()
+        try:
+            if not handle:
+                handle.append(open(partial, "w", encoding="utf-8"))
+            handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
+            handle[0].flush()
+        except OSError as e:
+            raise cannot_write(partial, e) from None
 
     try:
         result = sweep(

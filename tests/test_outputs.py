@@ -269,3 +269,36 @@ def test_an_interrupted_sweep_leaves_only_its_partial_rows(tmp_path, monkeypatch
     assert sorted(p.name for p in out.iterdir()) == ["results.jsonl", "results.partial.jsonl"]
     rows = [json.loads(line) for line in (out / "results.partial.jsonl").open()]
     assert sorted(r["index"] for r in rows) == [0, 1]
+
+
+def test_a_cut_sweep_into_an_earlier_sweeps_directory_leaves_none_of_its_files(
+    tmp_path, monkeypatch, capsys
+):
+    space = tmp_path / "space.yaml"
+    space.write_text("cluster.num_workers: [1, 2]\n")
+    out = tmp_path / "out"
+    argv = ["sweep", *SYNTH, "--space", str(space), "--no-progress", "-o", str(out)]
+    assert main(argv) == 0
+    assert (out / "results.csv").exists()
+    capsys.readouterr()
+
+    from dynosim.plan import result
+
+    def cut(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(result.SweepResult, "jsonl_text", cut)
+    assert main(argv) == 130
+    # Only this sweep's rows, under a name that says they are partial: the earlier sweep's
+    # complete-looking tables are gone.
+    assert sorted(p.name for p in out.iterdir()) == ["results.partial.jsonl"]
+
+
+def test_an_output_dir_where_a_file_would_go_is_a_directory_is_refused(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text("cluster.num_workers: [1, 2]\n")
+    out = tmp_path / "out"
+    (out / "pareto.csv").mkdir(parents=True)
+    argv = ["sweep", *SYNTH, "--space", str(space), "--no-progress", "-o", str(out)]
+    assert main(argv) == 2
+    assert f"{out / 'pareto.csv'} is a directory; it would be a file" in _err(capsys)

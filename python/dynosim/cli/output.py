@@ -73,12 +73,16 @@ def check_outputs(
                 raise UsageError(f"{other_flag} and {flag} name the same file {path}")
 
 
-def check_output_dir(path: Path, flag: str) -> Path:
-    """``path`` when the command can fill it with files: a directory that exists or can be
-    created; otherwise a UsageError (exit 2) naming ``flag`` and the path."""
+def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
+    """``path`` when the command can fill it with files (``files``: names it writes there):
+    a directory that exists or can be created, where none of ``files`` is a directory;
+    otherwise a UsageError (exit 2) naming ``flag`` and the path."""
     where = f"{flag} {path}"
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: is a file; give a directory")
+    for name in files:
+        if (path / name).is_dir():
+            raise UsageError(f"{where}: {path / name} is a directory; it would be a file")
     existing = path
     while not existing.exists():
         if existing.parent == existing:

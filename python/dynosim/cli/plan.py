@@ -81,7 +81,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
-    out: Path = check_output_dir(args.output, "-o")
+    out: Path = check_output_dir(
+        args.output, "-o", ("replays.csv", "pareto.csv", "pareto.html", "k8s_deploy.yaml")
+    )
     workload, source = workload_from_args(args, sample_when_missing=False)
     plot = can_plot(f"{args.output}/pareto.html")
     options = RenderOptions(dynamo_version=args.dynamo_version) if args.dynamo_version else None

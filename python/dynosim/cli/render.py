@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.output, "-o")
+    check_output_dir(args.output, "-o", ("k8s_deploy.yaml",))
     lengths = [f for f, v in (("--isl", args.isl), ("--osl", args.osl)) if v is not None]
     if args.trace is not None:
         if lengths:  # the workload rule, in flag names

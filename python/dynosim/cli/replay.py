@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     json_file = None if args.json in (None, "-") else Path(args.json)
     check_outputs(
         [("--json", json_file), ("--html", args.html)],
-        [args.trace, args.config, args.timing_table],
+        [args.trace, args.config, args.timing_table, Path(args.model) if args.model else None],
     )
     if args.html is not None:
         try:

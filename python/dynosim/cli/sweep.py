@@ -32,6 +32,8 @@ from dynosim.views.pages import pareto_page
 
 #: Rows are appended here as replays finish; it is removed once the complete files exist.
 PARTIAL = "results.partial.jsonl"
+#: The files of a complete sweep, written once every replay is done.
+COMPLETE = ("results.jsonl", "results.csv", "pareto.csv", "pareto.html")
 
 
 def add_parser(sub: Any) -> None:
@@ -44,7 +46,8 @@ def add_parser(sub: Any) -> None:
         "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA), "
         "and DIR/pareto.html, every candidate on those axes (with the plot extra). "
         "Rows are appended to DIR/results.partial.jsonl as replays finish, so an interrupted "
-        "sweep leaves what it computed there and no complete-looking file. Exits 1 when an SLA "
+        "sweep leaves what it computed there and no complete-looking file (an earlier sweep's "
+        "files in DIR are removed once the first row is in). Exits 1 when an SLA "
         "is given and no candidate meets it.",
     )
     add_workload_arguments(p)
@@ -61,7 +64,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out: Path = check_output_dir(args.output, "-o")
+    out: Path = check_output_dir(args.output, "-o", (*COMPLETE, PARTIAL))
     space = Space.load(args.space)
     base = load_config(args.config)
     sla = sla_from_args(args)
@@ -74,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     def keep(row: dict[str, Any]) -> None:
         try:
             if not handle:
+                # An earlier sweep's complete files would sit beside this one's partial rows,
+                # looking like its results if it is cut short.
+                for name in COMPLETE:
+                    (out / name).unlink(missing_ok=True)
                 handle.append(open(partial, "w", encoding="utf-8"))
             handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
             handle[0].flush()
@@ -133,4 +140,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["PARTIAL", "add_parser", "run"]
+__all__ = ["COMPLETE", "PARTIAL", "add_parser", "run"]

@@ -53,8 +53,9 @@ _SHIPPED: dict[str, PreparedWorkload] = {}
 
 
 def _start_worker(token: str, columns: TraceColumns) -> None:
-    """A process pool worker's start: SIGINT ignored until it replays (an idle worker waiting
-    for work must not die of the Ctrl-C meant for the sweep), and the workload installed."""
+    """A process pool worker's start: SIGINT ignored (the Ctrl-C a terminal sends the whole
+    process group is the sweep's to handle: it terminates its workers), and the workload
+    installed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _install(token, columns)
 

@@ -302,3 +302,19 @@ def test_an_output_dir_where_a_file_would_go_is_a_directory_is_refused(tmp_path,
     argv = ["sweep", *SYNTH, "--space", str(space), "--no-progress", "-o", str(out)]
     assert main(argv) == 2
     assert f"{out / 'pareto.csv'} is a directory; it would be a file" in _err(capsys)
+
+
+def test_a_link_is_written_through_to_the_file_it_names(tmp_path, capsys):
+    real = tmp_path / "real.json"
+    real.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert main(["replay", *SYNTH, "--no-progress", "--json", str(link)]) == 0
+    assert link.is_symlink() and json.loads(real.read_text())["summary"]["num_requests"] == 20
+    # A link to the trace is the trace.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n')
+    (tmp_path / "alias.json").symlink_to(trace)
+    capsys.readouterr()
+    assert main(["replay", str(trace), "--json", str(tmp_path / "alias.json")]) == 2
+    assert "is an input of this command" in _err(capsys)

@@ -5,7 +5,8 @@ Every file dynosim writes goes through :func:`atomic_open` (or :func:`write_atom
 for one text): a regular file is written under a temporary name beside it, renamed over the
 name once complete and removed when the write fails or is interrupted. A path that exists and
 is not a regular file (``/dev/stdout``, a FIFO, ``/dev/full``) is written in place: renaming
-over a device would replace it."""
+over a device would replace it. A symbolic link is written through, to the file it names, as
+the shell's ``>`` does (renaming over the link would replace the link)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from dynosim.errors import OutputError
+
+
+def destination(path: str | os.PathLike[str]) -> Path:
+    """The file a write to ``path`` lands in: ``path``, or the file a link there names."""
+    path = Path(path)
+    return path.resolve() if path.is_symlink() else path
 
 
 def temporary_name(path: Path) -> Path:
@@ -44,7 +51,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[An
     whose content appears under ``path`` only when the block ends without an exception."""
     if mode not in ("w", "wb"):
         raise ValueError(f"mode: expected 'w' or 'wb', got {mode!r}")
-    path = Path(path)
+    path = destination(path)
     target = path if in_place(path) else temporary_name(path)
     text = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}
     try:
@@ -80,6 +87,7 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
 __all__ = [
     "atomic_open",
     "cannot_write",
+    "destination",
     "in_place",
     "make_dirs",
     "temporary_name",

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dynosim._files import in_place, temporary_name
+from dynosim._files import destination, in_place, temporary_name
 from dynosim.cli.common import UsageError
 
 
@@ -38,24 +38,22 @@ def _probe(directory: Path, name: str, where: str) -> None:
 def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> Path:
     """``path`` when a file can be written there; otherwise a UsageError (exit 2) naming
     ``flag`` and the path: its directory is missing or not writable, it is a directory or an
-    unwritable file, or it is one of ``inputs``."""
+    unwritable file, or it is one of ``inputs``. A link is checked as the file it names."""
     where = f"{flag} {path}"
     if path.is_dir():
         raise UsageError(f"{where}: is a directory; give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
+    target = destination(path)
+    parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
         raise UsageError(f"{where}: {parent} {what}")
-    for given in inputs:
-        if given is not None and _same(path, given):
+    for source in inputs:
+        if source is not None and _same(target, source):
             raise UsageError(f"{where}: is an input of this command; it would be overwritten")
-    if in_place(path):  # a device or a FIFO: written in place, never replaced
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{where}: the file is not writable")
-        return path
-    if path.exists() and not os.access(path, os.W_OK):
+    if target.exists() and not os.access(target, os.W_OK):
         raise UsageError(f"{where}: the file is not writable")
-    _probe(parent, temporary_name(path).name, where)
+    if not in_place(target):  # a device or a FIFO is written in place, never replaced
+        _probe(parent, temporary_name(target).name, where)
     return path
 
 

@@ -74,12 +74,16 @@ def test_ctrl_c_stops_a_long_replay_with_exit_130_and_one_line(progress):
     assert err == "dynosim: interrupted\n"
 
 
-@pytest.mark.parametrize("executor", ["threads", "processes"])
-def test_ctrl_c_stops_a_sweep_with_exit_130_and_one_line(tmp_path, executor):
+@pytest.mark.parametrize(
+    ("executor", "progress"),
+    [("threads", []), ("threads", ["--no-progress"]), ("processes", ["--no-progress"])],
+)
+def test_ctrl_c_stops_a_sweep_with_exit_130_and_one_line(tmp_path, executor, progress):
     space = tmp_path / "space.yaml"
     space.write_text("cluster.num_workers: [1, 2, 3, 4]\n")
     out = tmp_path / "out"
-    argv = ["sweep", *LONG, "--space", str(space), "-o", str(out), "--no-progress"]
+    # With the progress bar asked for, stderr (a pipe here) still gets only the one line.
+    argv = ["sweep", *LONG, "--space", str(space), "-o", str(out), *progress]
     code, err = _interrupt_while_replaying([*argv, "--executor", executor, "--jobs", "2"])
     assert code == 130
     assert err == "dynosim: interrupted\n"

@@ -66,8 +66,9 @@ def replay(
         provenance: where settings came from, recorded in the report (for example how
             ``num_gpu_blocks`` was derived); AIC timing sections add what priced them.
 
-    The replay runs in Rust without the GIL; the same workload and config give a
-    byte-identical ``Report.to_json()``. In the report's configuration an ``aic`` timing section
+    The replay runs in Rust without the GIL; Ctrl-C stops it within milliseconds
+    (``KeyboardInterrupt``). The same workload and config give a byte-identical
+    ``Report.to_json()``. In the report's configuration an ``aic`` timing section
     stays as given; its ``provenance["timing"]`` entry names the tables that priced it.
     """
     cfg = load_config(config)

@@ -475,6 +475,98 @@ def test_documents_must_be_kubernetes_objects():
     ]
 
 
+def test_a_kind_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path, capsys):
+    text = dump(vllm_agg(), {"kind": ["a"], "metadata": {"name": "x"}})
+    assert problems(text) == ['document 2.kind: expected a string, got ["a"]']
+    # Without any DGD, the kinds found are listed without the malformed one.
+    assert problems(dump({"kind": ["a"]}, {"kind": 1}, {"kind": "ConfigMap"})) == [
+        'document 1.kind: expected a string, got ["a"]',
+        "document 2.kind: expected a string, got 1",
+        "document 3 (ConfigMap).metadata: required, but not given",
+        "kind: no DynamoGraphDeployment document (found: ConfigMap)",
+    ]
+    file = tmp_path / "m.yaml"
+    file.write_text("kind: [a]\n")
+    assert main(["validate", str(file)]) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert 'document 1.kind: expected a string, got ["a"]' in captured.out
+    assert "Traceback" not in captured.err
+
+
+def _trtllm_in_a_config_map() -> list[dict[str, Any]]:
+    """A disaggregated TensorRT-LLM DGD whose engine configs a mounted ConfigMap holds."""
+    doc = trtllm_disagg()
+    config_map: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "engine-configs"},
+        "data": {},
+    }
+    for name, role in (("TRTLLMPrefillWorker", "prefill"), ("TRTLLMDecodeWorker", "decode")):
+        pod = doc["spec"]["services"][name]["extraPodSpec"]
+        file = f"/workspace/engine_configs/{role}_config.yaml"
+        pod["volumes"] = [{"name": "engine-configs", "configMap": {"name": "engine-configs"}}]
+        pod["mainContainer"]["args"] = [
+            f'args=(--model-path x --extra-engine-args "{file}")\n'
+            'exec python3 -m dynamo.trtllm "${args[@]}"\n'
+        ]
+        config_map["data"][f"{role}_config.yaml"] = trtllm_config(role, tp=2)
+    return [doc, config_map]
+
+
+def _nodes(node: Any, path: tuple[Any, ...] = ()):
+    """Every path into a YAML document, the document itself first."""
+    yield path
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, child in items:
+        yield from _nodes(child, (*path, key))
+
+
+@pytest.mark.parametrize(
+    ("docs", "cand"),
+    [
+        ([vllm_disagg()], ("vllm", "disaggregated")),
+        (_trtllm_in_a_config_map(), ("trtllm", "disaggregated")),
+    ],
+    ids=["vllm", "trtllm-configmap"],
+)
+def test_any_field_of_the_wrong_type_is_a_problem_not_a_crash(docs, cand):
+    """Every node of the documents replaced by a value of each YAML type (or its key by a
+    non-string one): validation returns problems, it never raises."""
+    import copy
+    import datetime
+
+    wrong = [["a"], {"a": 1}, 7, 1.5, True, None, datetime.date(2020, 1, 1)]
+    bad_keys = [1, None]
+    the_candidate = candidate(*cand)
+    for d, doc in enumerate(docs):
+        for path in list(_nodes(doc)):
+            for change in [("value", v) for v in wrong] + [("key", k) for k in bad_keys]:
+                mutated = copy.deepcopy(docs)
+                if not path:
+                    if change[0] == "key":
+                        continue
+                    mutated[d] = change[1]
+                else:
+                    parent = mutated[d]
+                    for part in path[:-1]:
+                        parent = parent[part]
+                    if change[0] == "value":
+                        parent[path[-1]] = change[1]
+                    elif isinstance(parent, dict):
+                        parent[change[1]] = parent.pop(path[-1])
+                    else:
+                        continue
+                found = validate_manifest(dump(*mutated), the_candidate)
+                assert all(isinstance(p, Problem) for p in found), (path, change)
+
+
 def test_exactly_one_dgd():
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
     assert problems(dump(config_map)) == [

@@ -1276,3 +1276,72 @@ def test_distribution_models_and_union_accept_the_same_specs():
     with pytest.raises(WorkloadError, match=r"remove workload\.isl$"):
         TraceWorkload(path="t.jsonl", isl={"dist": "normal", "mean": 5.0, "std": 1.0})
     assert SyntheticWorkload.model_json_schema()["properties"]["isl"]["oneOf"]
+
+
+# --- sizes: one limit for every kind of workload, checked before anything is allocated --------
+
+
+def test_synthetic_sizes_past_the_limit_are_refused_when_the_workload_is_made(monkeypatch):
+    from dynosim import _core
+
+    limit = f"more than the {_core.MAX_REQUESTS:,} one workload may hold"
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated before the size was checked")
+
+    monkeypatch.setattr(np.random, "default_rng", no_generation)
+    with pytest.raises(WorkloadError) as e:
+        SyntheticWorkload(isl=10, osl=10, duration_s=1e12, rate=1.0)
+    assert str(e.value) == (
+        "workload.duration_s 1e+12 s at workload.rate 1/s would make about "
+        f"1,000,000,000,000 requests, {limit}"
+    )
+    with pytest.raises(WorkloadError, match=rf"^workload.count: 100,000,001 requests, {limit}$"):
+        SyntheticWorkload(isl=10, osl=10, count=_core.MAX_REQUESTS + 1)
+    # A fixed prompt length: 2**32 - 1 tokens are 8,388,608 ids of 512 tokens, per request.
+    with pytest.raises(WorkloadError) as e:
+        SyntheticWorkload(isl=2**32 - 1, osl=10, count=1000)
+    assert str(e.value) == (
+        "workload.isl 4294967295 tokens x 1,000 requests (512 tokens per hash id) would need "
+        f"8,388,608,000 prompt hash ids, more than the {_core.MAX_HASH_IDS:,} one workload may "
+        "hold"
+    )
+    with pytest.raises(WorkloadError, match=r"workload.trace_block_size: .* less than 4294967296"):
+        SyntheticWorkload(isl=10, osl=10, count=1, trace_block_size=2**40)
+
+
+def test_drawn_prompt_lengths_past_the_limit_are_refused_before_their_ids_exist(monkeypatch):
+    from dynosim.workload import synthetic
+
+    def no_ids(*args, **kwargs):
+        raise AssertionError("hash ids allocated before the size was checked")
+
+    monkeypatch.setattr(synthetic, "fresh_hash_ids", no_ids)
+    # 1,000 prompts of about 2**31 tokens are about 4.2 million ids each: 4.2e9 in all.
+    work = SyntheticWorkload(
+        isl={"dist": "uniform", "low": 2**31, "high": 2**31 + 10}, osl=1, count=1000
+    )
+    with pytest.raises(WorkloadError, match=r"^workload.isl: the prompts drawn need 4,19"):
+        work.columns()
+
+
+def test_more_prefix_groups_than_requests_leave_the_extra_groups_empty():
+    # 10**30 groups used to overflow numpy's integers; past the request count every request
+    # is a group of its own either way.
+    huge = SyntheticWorkload(
+        isl=2000, osl=1, count=5, prefix_groups=10**30, prefix_fraction=0.5
+    ).columns()
+    five = SyntheticWorkload(
+        isl=2000, osl=1, count=5, prefix_groups=5, prefix_fraction=0.5
+    ).columns()
+    assert huge.hash_ids.tolist() == five.hash_ids.tolist()
+
+
+def test_the_command_line_refuses_an_oversized_synthetic_workload_in_one_line(capsys):
+    from dynosim.cli import main
+
+    argv = ["replay", "--synthetic", "--isl", "10", "--osl", "10", "--duration-s", "1e12"]
+    assert main([*argv, "--rate", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dynosim: error: workload.duration_s 1e+12 s at workload.rate 1/s")
+    assert "1,000,000,000,000 requests" in err and len(err.splitlines()) == 1

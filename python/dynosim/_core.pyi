@@ -5,13 +5,24 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-class Progress:
-    """A counter of finished requests that a replay in another thread keeps current."""
+#: The most requests one workload may hold (any kind: trace, synthetic, columns).
+MAX_REQUESTS: int
+#: The most prompt hash ids one workload may hold.
+MAX_HASH_IDS: int
+
+class Control:
+    """A replay's count of finished requests and its stop switch, shared with other threads.
+    One control may serve many replays at once; interrupting it stops them all."""
 
     def __init__(self) -> None: ...
     @property
     def done(self) -> int:
         """Requests finished (completed or rejected) so far."""
+    @property
+    def interrupted(self) -> bool:
+        """Whether :meth:`interrupt` was called."""
+    def interrupt(self) -> None:
+        """Stop every replay holding this control: each raises ``KeyboardInterrupt``."""
 
 def default_config_json() -> str:
     """The default configuration as JSON: the single source of every default."""
@@ -22,7 +33,7 @@ def normalize_config_json(config_json: str) -> str:
 def reject_reason_names() -> list[str]:
     """Machine names of rejection reasons, indexed by a report's reject_reason codes."""
 
-def replay(columns: Any, config_json: str, progress: Progress | None = None) -> dict[str, Any]:
+def replay(columns: Any, config_json: str, control: Control | None = None) -> dict[str, Any]:
     """Replay request columns (a ``TraceColumns``, or any object with its attributes: times in
     ms, lengths in tokens) without the GIL.
 
@@ -37,7 +48,8 @@ def replay(columns: Any, config_json: str, progress: Progress | None = None) -> 
     ``timeseries`` has ``g2_blocks_used``, ``g3_blocks_used`` and ``onboarding`` (all ranks),
     and the summary an ``offload`` section; without tiers none
     of these keys exist. Raises WorkloadError, ConfigError or SimulationError from
-    ``dynosim.errors``.
+    ``dynosim.errors``; ``KeyboardInterrupt`` when ``control`` is interrupted or on Ctrl-C
+    (the replay stops within milliseconds).
     """
 
 def parse_mooncake(data: bytes, path: str, trace_block_size: int) -> dict[str, Any]:
@@ -101,10 +113,12 @@ class PreparedWorkload:
         """Block identity tables held (one per block size replayed so far)."""
 
 def replay_prepared(
-    prepared: PreparedWorkload, config_json: str, progress: Progress | None = None
+    prepared: PreparedWorkload, config_json: str, control: Control | None = None
 ) -> dict[str, Any]:
     """Replay a prepared workload without the GIL; returns what ``replay`` returns, byte for
     byte the same."""
 
-def replay_prepared_summary(prepared: PreparedWorkload, config_json: str) -> str:
+def replay_prepared_summary(
+    prepared: PreparedWorkload, config_json: str, control: Control | None = None
+) -> str:
     """Replay a prepared workload without the GIL and return only its summary JSON."""

@@ -1,12 +1,24 @@
 """Reading input files within bounds, and writing output files so an interrupted write never
-leaves a partial file under the name."""
+leaves a partial file under the name, and a failed one raises
+:class:`~dynosim.errors.OutputError` naming the file.
+
+Every file dynosim writes goes through :func:`atomic_open` (or :func:`write_atomic`, the same
+for one text): a regular file is written under a temporary name beside it, renamed over the
+name once complete and removed when the write fails or is interrupted. A path that exists and
+is not a regular file (``/dev/stdout``, a FIFO, ``/dev/full``) is written in place: renaming
+over a device would replace it. A symbolic link is written through, to the file it names, as
+the shell's ``>`` does (renaming over the link would replace the link)."""
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO
+
+from dynosim.errors import OutputError
 
 #: A line of a line-oriented input (a trace) longer than this is no row: the file is binary, or
 #: a device such as /dev/zero that would be read forever.
@@ -62,18 +74,78 @@ def _read_lines_bounded(
     return b"".join(chunks)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary name beside it, renamed at the
-    end."""
+def destination(path: str | os.PathLike[str]) -> Path:
+    """The file a write to ``path`` lands in: ``path``, or the file a link there names."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.resolve() if path.is_symlink() else path
+
+
+def temporary_name(path: Path) -> Path:
+    """Where :func:`atomic_open` writes ``path`` until the file is complete (a hidden name
+    beside it, so the rename stays on one file system)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def in_place(path: Path) -> bool:
+    """Whether ``path`` is written in place: it exists and is not a regular file."""
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def cannot_write(path: str | os.PathLike[str], err: OSError) -> OutputError:
+    """The error of failing to write ``path``."""
+    return OutputError(f"{path}: cannot write: {err.strerror or err}")
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+    """A file handle (``mode`` ``"w"``: UTF-8 text, newlines as written; ``"wb"``: bytes)
+    whose content appears under ``path`` only when the block ends without an exception."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode: expected 'w' or 'wb', got {mode!r}")
+    path = destination(path)
+    target = path if in_place(path) else temporary_name(path)
+    text = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}
+    try:
+        with open(target, mode, **text) as fh:
+            yield fh
+        if target != path:
+            os.replace(target, path)
+    except OutputError:
+        raise
+    except OSError as e:
+        raise cannot_write(path, e) from None
     finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        if target != path:
+            target.unlink(missing_ok=True)
 
 
-__all__ = ["MAX_LINE_BYTES", "read_input", "write_atomic"]
+def make_dirs(path: str | os.PathLike[str]) -> Path:
+    """The directory ``path``, created with its parents if needed."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise cannot_write(path, e) from None
+    return Path(path)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_open`."""
+    with atomic_open(path) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "atomic_open",
+    "cannot_write",
+    "destination",
+    "in_place",
+    "make_dirs",
+    "read_input",
+    "temporary_name",
+    "write_atomic",
+]

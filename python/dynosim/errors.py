@@ -54,11 +54,16 @@ def warn(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=level)
 
 
+class OutputError(DynosimError, OSError):
+    """An output file cannot be written (the message names it and says why)."""
+
+
 __all__ = [
     "ConfigError",
     "DynosimError",
     "ManifestError",
     "MissingExtraError",
+    "OutputError",
     "ReportError",
     "SimulationError",
     "WorkloadError",

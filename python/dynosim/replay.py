@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -73,15 +72,15 @@ def replay(
         provenance: where settings came from, recorded in the report (for example how
             ``num_gpu_blocks`` was derived); AIC timing sections add what priced them.
 
-    The replay runs in Rust without the GIL; the same workload and config give a
-    byte-identical ``Report.to_json()``. In the report's configuration an ``aic`` timing section
+    The replay runs in Rust without the GIL; Ctrl-C stops it within milliseconds
+    (``KeyboardInterrupt``). The same workload and config give a byte-identical
+    ``Report.to_json()``. In the report's configuration an ``aic`` timing section
     stays as given; its ``provenance["timing"]`` entry names the tables that priced it.
     """
     cfg = load_config(config)
     cols, trace = _columns(workload)
     config_json, priced = core_config(cfg)
-    args = (cols, config_json)
-    raw = _core.replay(*args) if not progress else _run_with_progress(args, len(cols))
+    raw = _replay_raw(cols, config_json, progress)
     notes: dict[str, Any] = {"dynosim_version": VERSION, "trace": trace, **(provenance or {})}
     if priced:
         notes["timing"] = priced
@@ -98,37 +97,42 @@ def replay(
     return Report(raw, notes)
 
 
-def _run_with_progress(args: tuple[Any, ...], total: int) -> dict[str, Any]:
-    counter = _core.Progress()
-    outcome: dict[str, Any] = {}
+def _replay_raw(cols: TraceColumns, config_json: str, progress: bool) -> dict[str, Any]:
+    """The core's replay, in this thread so Ctrl-C stops it (the binding runs the signal
+    handlers while it waits); a progress bar, when asked, is drawn by a thread beside it."""
+    if not progress:
+        return _core.replay(cols, config_json)
+    control = _core.Control()
+    finished = threading.Event()
+    bar = threading.Thread(
+        target=_show_progress, args=(control, len(cols), finished), name="dynosim-progress"
+    )
+    bar.start()
+    try:
+        return _core.replay(cols, config_json, control=control)
+    finally:
+        finished.set()
+        bar.join()
 
-    def run() -> None:
-        try:
-            outcome["raw"] = _core.replay(*args, progress=counter)
-        except BaseException as e:  # re-raised in the caller's thread
-            outcome["error"] = e
 
-    worker = threading.Thread(target=run, name="dynosim-replay", daemon=True)
-    worker.start()
-    worker.join(_PROGRESS_AFTER_S)
-    if worker.is_alive():
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+def _show_progress(control: Any, total: int, finished: threading.Event) -> None:
+    """A progress bar of ``control``'s finished requests until ``finished`` is set, shown only
+    when the replay takes more than a second."""
+    console = _stderr_console()
+    if not console.is_terminal or finished.wait(_PROGRESS_AFTER_S):
+        return  # a bar drawn into a log file or a pipe is noise
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        columns = (
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, transient=True, console=_stderr_console()) as bar:
-            task = bar.add_task("replaying requests", total=total)
-            while worker.is_alive():
-                bar.update(task, completed=counter.done)
-                time.sleep(0.1)
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["raw"]
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=True, console=console) as bar:
+        task = bar.add_task("replaying requests", total=total)
+        while not finished.wait(0.1):
+            bar.update(task, completed=control.done)
 
 
 def _stderr_console():

@@ -344,12 +344,7 @@ def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[st
     meta = json.dumps({"key": json.loads(target.key()), "tiers": tiers}, sort_keys=True)
     arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in OP_TABLE_ARRAYS}
     # Written beside, then renamed: a concurrent run never reads a half-written file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write_npz(tmp, {**arrays, "aic_meta": np.array(meta)})
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_npz(path, {**arrays, "aic_meta": np.array(meta)})
 
 
 def _read_cache(path: Path, target: AicTarget) -> OpTables | None:

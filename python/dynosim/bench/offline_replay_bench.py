@@ -18,18 +18,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings
+from dynosim._files import atomic_open, write_atomic
+from dynosim.cli.common import plain_warnings, run_command
+from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
 from dynosim.compare.aisimulate import AISIMULATE_VERSION, RUN_TIMEOUT_S, AisimulateReplay
 from dynosim.compare.dynamo import DynamoReplay
 from dynosim.compare.peer import PeerRun, metric_rows
 from dynosim.config import ClusterConfig, SimConfig
-from dynosim.errors import DynosimError
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.workload import load_trace
@@ -423,8 +425,10 @@ def _write_jsonl(handle: IO[str] | None, record: Any) -> None:
         handle.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
 
 
-def _open(path: Path | None) -> IO[str] | None:
-    return None if path is None else path.open("w", encoding="utf-8")
+def _open(files: ExitStack, path: Path | None) -> IO[str] | None:
+    """A handle writing ``path`` under a temporary name until the run ends (an interrupted
+    run leaves no file that looks complete), or None."""
+    return None if path is None else files.enter_context(atomic_open(path))
 
 
 def make_peer(args: argparse.Namespace, config: SimConfig, rss: PeakRss) -> Peer | None:
@@ -460,9 +464,9 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
     first_json: str | None = None
     first_digest = ""
     mismatch: str | None = None
-    timings_out = _open(args.timings_jsonl)
-    reports_out = _open(args.canonical_reports_jsonl)
-    try:
+    with ExitStack() as files:
+        timings_out = _open(files, args.timings_jsonl)
+        reports_out = _open(files, args.canonical_reports_jsonl)
         for i in range(1, args.iterations + 1):
             report, timing = run_iteration(args.trace, args.trace_block_size, config, i, rss)
             timings.append(timing)
@@ -486,12 +490,8 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
                 row = {"simulator": peer.key, "iteration": i, "trace_load_ms": run.trace_load_ms}
                 row.update(replay_ms=run.simulation_ms, wall_ms=run.wall_ms, cpu_ms=run.cpu_ms)
                 _write_jsonl(timings_out, {**row, "peak_rss_mib": run.peak_rss_mib})
-    finally:
-        for handle in (timings_out, reports_out):
-            if handle is not None:
-                handle.close()
     if args.report_json is not None:
-        args.report_json.write_text(report.to_json() + "\n", encoding="utf-8")
+        write_atomic(args.report_json, report.to_json() + "\n")
     console.print(render_summary(report, str(args.trace)))
     if peer is None:
         console.print(timing_table(timings))
@@ -515,18 +515,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     plain_warnings()
-    try:
+
+    def command() -> int:
         config = build_config(args, parser)
+        outputs = ("report_json", "timings_jsonl", "canonical_reports_jsonl")
+        check_outputs([(_flag(name), getattr(args, name)) for name in outputs], [args.trace])
         return _run(args, config)
-    except ValueError as e:  # bad trace, configuration or settings the peer cannot model
-        print(f"offline_replay_bench: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except DynosimError as e:  # a failed replay, a peer missing or failing to build
-        print(f"offline_replay_bench: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except OSError as e:  # an output file that cannot be written
-        print(f"offline_replay_bench: error: {e.filename}: {e.strerror}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+
+    return run_command("offline_replay_bench", command)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,10 @@ manifests)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from types import ModuleType
 
 from dynosim.cli import plan, render, replay, report, schema, sweep, validate
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings
-from dynosim.errors import DynosimError
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings, run_command
 
 #: The commands by name, in the order ``--help`` lists them.
 COMMANDS: dict[str, ModuleType] = {
@@ -36,14 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dynosim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     plain_warnings()
-    try:
-        return COMMANDS[args.command].run(args)
-    except ValueError as e:  # bad trace, config or flags (WorkloadError, ConfigError, ...)
-        print(f"dynosim: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except DynosimError as e:
-        print(f"dynosim: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    return run_command("dynosim", lambda: COMMANDS[args.command].run(args))
 
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "main"]

@@ -1,19 +1,26 @@
-"""What the ``dynosim`` commands share: exit codes, the usage error, and the workload flags
-(a trace, or synthetic traffic)."""
+"""What the ``dynosim`` commands share: exit codes, the usage error, how a command's end
+becomes its exit code, and the workload flags (a trace, or synthetic traffic)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dynosim.errors import DynosimError, MissingExtraError
+from dynosim.errors import DynosimError, MissingExtraError, OutputError
 from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
 
-#: Exit codes: bad input (trace, config, flags) and a failed simulation.
+#: Exit codes: bad input (trace, config, flags) or an output that cannot be written, and a
+#: failed simulation.
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+#: Interrupted (Ctrl-C), and stdout closed by its reader: 128 + the signal, as a shell reports
+#: a command SIGINT or SIGPIPE ended.
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 class UsageError(DynosimError, ValueError):
@@ -29,6 +36,38 @@ def plain_warnings() -> None:
         print(f"dynosim: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show
+
+
+def run_command(prog: str, command: Callable[[], int]) -> int:
+    """Run a command line's work and turn how it ends into its exit code, with at most one
+    line on stderr and never a traceback: bad input or an unwritable output (2), a failed
+    simulation (1), Ctrl-C (130), a reader that closed stdout (141, silently, as ``yes | head``
+    ends). Standard output is flushed here, so a full disk shows as an error, not at exit."""
+    try:
+        code = command()
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and complain: point it at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except ValueError as e:  # bad trace, config or flags (WorkloadError, ConfigError, ...)
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OutputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DynosimError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:  # writing stdout (a file names itself)
+        print(
+            f"{prog}: error: {e.filename or 'standard output'}: {e.strerror or e}", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
 
 
 def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
@@ -98,11 +137,14 @@ def workload_from_args(
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "UsageError",
     "add_workload_arguments",
     "can_plot",
     "missing_extra_is_bad_input",
     "plain_warnings",
+    "run_command",
     "workload_from_args",
 ]

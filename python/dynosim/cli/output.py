@@ -1,33 +1,95 @@
 """Output paths checked before any long work: a file the command will write must be
-creatable or replaceable, and must not be one of its inputs."""
+creatable or replaceable and must not be one of its inputs; a directory it will fill must be
+a directory, or creatable. Every output flag of every command (``--json``, ``--html``,
+``-o``, ``--report-json``, sweep and plan directories, render's) is checked here, and the
+files are then written through :mod:`dynosim._files`, whose errors name the file."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from dynosim._files import destination, in_place, temporary_name
 from dynosim.cli.common import UsageError
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (existing or not)."""
+    if a.exists() and b.exists():
+        return a.samefile(b)
+    return a.resolve() == b.resolve()
+
+
+def _probe(directory: Path, name: str, where: str) -> None:
+    """Create and remove ``name`` in ``directory``: the one test of being able to create a
+    file there that holds for root, read-only mounts and pseudo file systems alike (where
+    ``os.access`` says yes)."""
+    probe = directory / name
+    try:
+        probe.open("x").close()
+    except FileExistsError:
+        return  # a leftover of this very process: the directory takes files
+    except OSError as e:
+        raise UsageError(f"{where}: cannot create files in {directory}: {e.strerror}") from None
+    probe.unlink(missing_ok=True)
 
 
 def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> Path:
     """``path`` when a file can be written there; otherwise a UsageError (exit 2) naming
     ``flag`` and the path: its directory is missing or not writable, it is a directory or an
-    unwritable file, or it is one of ``inputs``."""
+    unwritable file, or it is one of ``inputs``. A link is checked as the file it names."""
     where = f"{flag} {path}"
     if path.is_dir():
         raise UsageError(f"{where}: is a directory; give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
+    target = destination(path)
+    parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"{where}: the directory {parent} does not exist")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UsageError(f"{where}: the file is not writable")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{where}: cannot create files in {parent}")
-    for given in inputs:
-        if given is not None and path.exists() and given.exists() and path.samefile(given):
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise UsageError(f"{where}: {parent} {what}")
+    for source in inputs:
+        if source is not None and _same(target, source):
             raise UsageError(f"{where}: is an input of this command; it would be overwritten")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise UsageError(f"{where}: the file is not writable")
+    if not in_place(target):  # a device or a FIFO is written in place, never replaced
+        _probe(parent, temporary_name(target).name, where)
     return path
 
 
-__all__ = ["check_output"]
+def check_outputs(
+    outputs: Sequence[tuple[str, Path | None]], inputs: Iterable[Path | None] = ()
+) -> None:
+    """:func:`check_output` of each ``(flag, path)`` given (None: not asked for), and no two
+    flags naming one file."""
+    inputs = list(inputs)
+    given = [(flag, path) for flag, path in outputs if path is not None]
+    for k, (flag, path) in enumerate(given):
+        check_output(path, flag, inputs)
+        for other_flag, other in given[:k]:
+            if _same(path, other):
+                raise UsageError(f"{other_flag} and {flag} name the same file {path}")
+
+
+def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
+    """``path`` when the command can fill it with files (``files``: names it writes there):
+    a directory that exists or can be created, where none of ``files`` is a directory;
+    otherwise a UsageError (exit 2) naming ``flag`` and the path."""
+    where = f"{flag} {path}"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where}: is a file; give a directory")
+    for name in files:
+        if (path / name).is_dir():
+            raise UsageError(f"{where}: {path / name} is a directory; it would be a file")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            raise UsageError(f"{where}: {existing} is not a directory")
+    _probe(existing, f".dynosim-probe.{os.getpid()}.tmp", where)
+    return path
+
+
+__all__ = ["check_output", "check_output_dir", "check_outputs"]

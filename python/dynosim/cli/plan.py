@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dynosim._files import make_dirs
 from dynosim.cli.common import (
     EXIT_FAILED,
     UsageError,
@@ -18,6 +19,7 @@ from dynosim.cli.common import (
     missing_extra_is_bad_input,
     workload_from_args,
 )
+from dynosim.cli.output import check_output_dir
 from dynosim.cli.rows import (
     add_search_arguments,
     rows_table,
@@ -79,6 +81,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
+    out: Path = check_output_dir(
+        args.output, "-o", ("replays.csv", "pareto.csv", "pareto.html", "k8s_deploy.yaml")
+    )
     workload, source = workload_from_args(args, sample_when_missing=False)
     plot = can_plot(f"{args.output}/pareto.html")
     options = RenderOptions(dynamo_version=args.dynamo_version) if args.dynamo_version else None
@@ -104,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except MissingExtraError as e:
         raise missing_extra_is_bad_input(e) from None
-    out: Path = args.output
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     result.replays.to_csv(out / "replays.csv")
     result.pareto.to_csv(out / "pareto.csv")
     if plot:

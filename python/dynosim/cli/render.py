@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.cli.common import EXIT_FAILED, UsageError
+from dynosim.cli.output import check_output_dir
 from dynosim.deploy import RenderOptions, load_candidate, render_dgd, validate_manifest
 from dynosim.workload import SyntheticWorkload, load_trace
 
@@ -35,6 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.output, "-o", ("k8s_deploy.yaml",))
     lengths = [f for f, v in (("--isl", args.isl), ("--osl", args.osl)) if v is not None]
     if args.trace is not None:
         if lengths:  # the workload rule, in flag names

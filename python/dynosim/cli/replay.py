@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import matplotlib
+from dynosim._files import write_atomic
 from dynosim.cli import measured
 from dynosim.cli.common import (
     UsageError,
@@ -16,7 +17,7 @@ from dynosim.cli.common import (
     missing_extra_is_bad_input,
     workload_from_args,
 )
-from dynosim.cli.output import check_output
+from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
 from dynosim.config import AicTiming, EngineConfig, SimConfig, load_config, load_timing_table
 from dynosim.errors import MissingExtraError
@@ -273,8 +274,12 @@ def _timing(
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    json_file = None if args.json in (None, "-") else Path(args.json)
+    check_outputs(
+        [("--json", json_file), ("--html", args.html)],
+        [args.trace, args.config, args.timing_table, Path(args.model) if args.model else None],
+    )
     if args.html is not None:
-        check_output(args.html, "--html", [args.trace, args.config])
         try:
             matplotlib()
         except MissingExtraError as e:
@@ -293,8 +298,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(measured.render_comparison(report.compare_measured(real[0])))
     if args.json == "-":
         sys.stdout.write(report.to_json() + "\n")
-    elif args.json:
-        Path(args.json).write_text(report.to_json() + "\n")
+    elif json_file is not None:
+        write_atomic(json_file, report.to_json() + "\n")
     if args.html is not None:
         report.to_html(args.html)
         console.print(f"wrote {args.html}")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import write_atomic
+from dynosim._files import cannot_write, make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     add_workload_arguments,
@@ -18,6 +18,7 @@ from dynosim.cli.common import (
     missing_extra_is_bad_input,
     workload_from_args,
 )
+from dynosim.cli.output import check_output_dir
 from dynosim.cli.rows import (
     add_search_arguments,
     rows_table,
@@ -31,6 +32,8 @@ from dynosim.views.pages import pareto_page
 
 #: Rows are appended here as replays finish; it is removed once the complete files exist.
 PARTIAL = "results.partial.jsonl"
+#: The files of a complete sweep, written once every replay is done.
+COMPLETE = ("results.jsonl", "results.csv", "pareto.csv", "pareto.html")
 
 
 def add_parser(sub: Any) -> None:
@@ -43,7 +46,8 @@ def add_parser(sub: Any) -> None:
         "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA), "
         "and DIR/pareto.html, every candidate on those axes (with the plot extra). "
         "Rows are appended to DIR/results.partial.jsonl as replays finish, so an interrupted "
-        "sweep leaves what it computed there and no complete-looking file. Exits 1 when an SLA "
+        "sweep leaves what it computed there and no complete-looking file (an earlier sweep's "
+        "files in DIR are removed once the first row is in). Exits 1 when an SLA "
         "is given and no candidate meets it.",
     )
     add_workload_arguments(p)
@@ -60,21 +64,28 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out: Path = check_output_dir(args.output, "-o", (*COMPLETE, PARTIAL))
     space = Space.load(args.space)
     base = load_config(args.config)
     sla = sla_from_args(args)
     workload, source = workload_from_args(args, sample_when_missing=False)
-    out: Path = args.output
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     plot = can_plot(f"{out}/pareto.html")
     partial = out / PARTIAL
     handle: list[Any] = []  # opened with the first row: bad input leaves no file behind
 
     def keep(row: dict[str, Any]) -> None:
-        if not handle:
-            handle.append(open(partial, "w", encoding="utf-8"))
-        handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
-        handle[0].flush()
+        try:
+            if not handle:
+                # An earlier sweep's complete files would sit beside this one's partial rows,
+                # looking like its results if it is cut short.
+                for name in COMPLETE:
+                    (out / name).unlink(missing_ok=True)
+                handle.append(open(partial, "w", encoding="utf-8"))
+            handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
+            handle[0].flush()
+        except OSError as e:
+            raise cannot_write(partial, e) from None
 
     try:
         result = sweep(
@@ -129,4 +140,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["PARTIAL", "add_parser", "run"]
+__all__ = ["COMPLETE", "PARTIAL", "add_parser", "run"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dynosim._files import atomic_open
 from dynosim.config.models import TABLE_ARRAYS, SimConfig, TableTiming
 from dynosim.errors import ConfigError
 
@@ -34,9 +35,10 @@ def load_timing_table(path: str | Path) -> TableTiming:
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to the compressed .npz file ``path`` (exactly that name)."""
+    """Write ``arrays`` to the compressed .npz file ``path`` (exactly that name, through a
+    temporary file renamed at the end)."""
     # Through a file object: np.savez would append ".npz" to a path lacking it.
-    with open(path, "wb") as f:
+    with atomic_open(path, "wb") as f:
         np.savez_compressed(f, **arrays)
 
 

@@ -428,14 +428,22 @@ class _Checker:
         for index, doc in self.docs:
             if not isinstance(doc, dict):
                 self.add(f"document {index}", f"expected a mapping, got {shown(doc)}")
-            elif not isinstance(doc.get("kind"), str):
+            elif doc.get("kind") is None:
                 self.add(f"document {index}", "has no kind")
+            elif not isinstance(doc["kind"], str):
+                self.add(f"document {index}.kind", f"expected a string, got {shown(doc['kind'])}")
             elif doc["kind"] == _DGD_KIND:
                 dgds.append((index, doc))
             elif doc["kind"] == "ConfigMap":
                 self._config_map(index, doc)
         if not dgds:
-            kinds = sorted({d["kind"] for _, d in self.docs if isinstance(d, dict) and "kind" in d})
+            kinds = sorted(
+                {
+                    d["kind"]
+                    for _, d in self.docs
+                    if isinstance(d, dict) and isinstance(d.get("kind"), str)
+                }
+            )
             self.add("kind", f"no {_DGD_KIND} document (found: {', '.join(kinds) or 'none'})")
             return self.problems
         for index, _ in dgds[1:]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynosim._files import make_dirs, write_atomic
 from dynosim.aic.database import system_spec
 from dynosim.aic.generator import dynamo_release, generate
 from dynosim.deploy.candidate import Candidate, RenderOptions, WorkerRole
@@ -61,16 +62,12 @@ class RenderedManifest:
         Files keep AIC's artifact names (the manifest is ``k8s_deploy.yaml``); shell scripts are
         made executable. Returns the paths written, sorted by name.
         """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_dirs(directory)
         written = []
         for name in sorted(self.artifacts):
             if not name or name in (".", "..") or "/" in name or os.sep in name:
                 raise ManifestError(f"AIC returned an artifact named {name!r}, not a file name")
-            path = out / name
-            # newline="" keeps the text byte for byte on every platform.
-            with open(path, "w", encoding="utf-8", newline="") as fh:
-                fh.write(self.artifacts[name])
+            path = write_atomic(out / name, self.artifacts[name])
             if name.endswith(".sh"):
                 path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             written.append(path)

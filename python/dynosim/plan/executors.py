@@ -1,19 +1,26 @@
 """Where a sweep's replays run: a thread pool (the default: the core releases the GIL, and
 every thread shares one prepared copy of the workload), a process pool, Ray tasks, or any
 ``concurrent.futures.Executor``. Each replay returns its summary and wall time, or why it
-failed; results come back as they finish."""
+failed; results come back as they finish.
+
+Ctrl-C stops a sweep within milliseconds: the replays of a thread pool share one
+``_core.Control`` that the runner interrupts when the sweep is interrupted; the workers of a
+process pool it owns are terminated (each ignores SIGINT, so the Ctrl-C a terminal sends to the
+whole process group prints no traceback from an idle worker). Replays not started are
+cancelled."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dynosim import _dependencies
+from dynosim import _core, _dependencies
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.workload import TraceColumns
 from dynosim.workload.prepared import PreparedWorkload
@@ -31,10 +38,10 @@ class Outcome:
     wall_ms: float
 
 
-def _replay(workload: PreparedWorkload, core_json: str) -> Outcome:
+def _replay(workload: PreparedWorkload, core_json: str, control: Any = None) -> Outcome:
     start = time.perf_counter()
     try:
-        summary = workload.replay_summary(core_json)
+        summary = workload.replay_summary(core_json, control)
     except DynosimError as e:  # a candidate the core refuses or cannot finish: its row says why
         return Outcome(None, f"{type(e).__name__}: {e}", (time.perf_counter() - start) * 1e3)
     return Outcome(summary, "", (time.perf_counter() - start) * 1e3)
@@ -43,6 +50,14 @@ def _replay(workload: PreparedWorkload, core_json: str) -> Outcome:
 # One prepared workload per worker process (process pools, Ray workers, foreign executors),
 # keyed by the sweep that shipped it; only the latest is kept.
 _SHIPPED: dict[str, PreparedWorkload] = {}
+
+
+def _start_worker(token: str, columns: TraceColumns) -> None:
+    """A process pool worker's start: SIGINT ignored (the Ctrl-C a terminal sends the whole
+    process group is the sweep's to handle: it terminates its workers), and the workload
+    installed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _install(token, columns)
 
 
 def _install(token: str, columns: TraceColumns) -> PreparedWorkload:
@@ -57,6 +72,16 @@ def _replay_installed(token: str, core_json: str) -> Outcome:
     return _replay(_SHIPPED[token], core_json)
 
 
+def _terminate_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """End the worker processes of ``pool`` now, their replays with them."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
 def _replay_shipped(token: str, columns: TraceColumns, core_json: str) -> Outcome:
     """A task that carries its workload (prepared once per worker process)."""
     return _replay(_install(token, columns), core_json)
@@ -69,7 +94,8 @@ class Runner:
     count), ``"processes"`` (a process pool, the workload shipped to each process once),
     ``"ray"`` (Ray tasks, the workload put in Ray's object store once; Ray is started locally
     unless already initialised), or a ``concurrent.futures.Executor`` (its own workers;
-    ``jobs`` must be None). Close it (or use it as a context manager) to stop a pool it owns.
+    ``jobs`` must be None). Close it (or use it as a context manager) to stop a pool it owns
+    and the replays still running in its threads (after Ctrl-C, say).
     """
 
     def __init__(self, columns: TraceColumns, executor: Any = None, jobs: int | None = None):
@@ -82,6 +108,7 @@ class Runner:
         self._shared: PreparedWorkload | None = None
         self._submit: Any = None
         self._pending: dict[Any, Any] = {}
+        self._control = _core.Control()  # shared by the replays of a thread pool
         if isinstance(executor, cf.Executor):
             if jobs is not None:
                 raise ConfigError(
@@ -103,7 +130,7 @@ class Runner:
             self._use(self._owned)
         elif name == "processes":
             self._owned = cf.ProcessPoolExecutor(
-                self.jobs, initializer=_install, initargs=(self.token, columns)
+                self.jobs, initializer=_start_worker, initargs=(self.token, columns)
             )
             self._submit = lambda core_json: self._owned.submit(  # type: ignore[union-attr]
                 _replay_installed, self.token, core_json
@@ -122,8 +149,8 @@ class Runner:
         if isinstance(executor, cf.ThreadPoolExecutor):
             # Threads share one prepared workload (the block identities it caches included).
             self._shared = PreparedWorkload(self.columns)
-            shared = self._shared
-            self._submit = lambda core_json: executor.submit(_replay, shared, core_json)
+            shared, control = self._shared, self._control
+            self._submit = lambda core_json: executor.submit(_replay, shared, core_json, control)
         else:
             self._submit = lambda core_json: executor.submit(
                 _replay_shipped, self.token, self.columns, core_json
@@ -177,7 +204,11 @@ class Runner:
             yield from self.wait()
 
     def cancel(self) -> None:
-        """Cancel the replays in flight that have not started (after an interrupt)."""
+        """Cancel the replays in flight that have not started, and stop those running in this
+        process's threads or in the worker processes it started (after an interrupt)."""
+        self._control.interrupt()
+        if self._pending and isinstance(self._owned, cf.ProcessPoolExecutor):
+            _terminate_workers(self._owned)
         for handle in self._pending:
             if self._ray is not None:
                 self._ray.cancel(handle)
@@ -186,8 +217,8 @@ class Runner:
         self._pending.clear()
 
     def close(self) -> None:
-        """Cancel what has not started and stop the pool this runner started (a caller's
-        executor is left running)."""
+        """Cancel what has not started, stop what runs in this process's threads, and stop
+        the pool this runner started (a caller's executor is left running)."""
         self.cancel()
         if self._owned is not None:
             self._owned.shutdown(wait=True, cancel_futures=True)

@@ -68,11 +68,14 @@ class Progress:
 
 @contextmanager
 def progress_bar(what: str, total: int | None, enabled: bool) -> Iterator[Progress]:
-    """A :class:`Progress` over ``total`` steps (None: unknown), shown while the block runs."""
-    if not enabled:
+    """A :class:`Progress` over ``total`` steps (None: unknown), shown while the block runs
+    on a terminal (a bar drawn into a log file or a pipe is noise)."""
+    from rich.console import Console
+
+    console = Console(file=sys.stderr)
+    if not enabled or not console.is_terminal:
         yield Progress(None, None)
         return
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -89,7 +92,7 @@ def progress_bar(what: str, total: int | None, enabled: bool) -> Iterator[Progre
         "ETA",
         TimeRemainingColumn(),
     )
-    with Bar(*columns, transient=True, console=Console(file=sys.stderr)) as bar:
+    with Bar(*columns, transient=True, console=console) as bar:
         yield Progress(bar, bar.add_task(what, total=total))
 
 

@@ -110,6 +110,21 @@ class TraceColumns:
         return len(np.unique(self.session[self.session >= 0]))
 
 
+def check_size(what: str, requests: float, hash_ids: float = 0) -> None:
+    """Refuse, before anything is allocated, a workload of more ``requests`` or prompt
+    ``hash_ids`` than one workload may hold (the core's limits, the same for every kind of
+    workload); ``what`` names what would make them."""
+    for count, limit, noun in (
+        (requests, _core.MAX_REQUESTS, "requests"),
+        (hash_ids, _core.MAX_HASH_IDS, "prompt hash ids"),
+    ):
+        if count > limit:
+            shown = f"{count:,}" if isinstance(count, int) else f"{count:,.0f}"
+            raise WorkloadError(
+                f"{what} {shown} {noun}, more than the {limit:,} one workload may hold"
+            )
+
+
 def fresh_hash_ids(
     input_length: np.ndarray, trace_block_size: int, first_id: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -125,4 +140,4 @@ def fresh_hash_ids(
     return offsets, np.arange(first_id, first_id + int(offsets[-1]), dtype=np.uint64)
 
 
-__all__ = ["TraceColumns", "fresh_hash_ids"]
+__all__ = ["TraceColumns", "check_size", "fresh_hash_ids"]

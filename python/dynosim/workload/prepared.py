@@ -25,14 +25,14 @@ class PreparedWorkload:
     def __len__(self) -> int:
         return len(self.columns)
 
-    def replay_raw(self, core_json: str, progress: Any = None) -> dict[str, Any]:
+    def replay_raw(self, core_json: str, control: Any = None) -> dict[str, Any]:
         """The core's replay of this workload under a configuration document (see
-        :func:`dynosim.replay`)."""
-        return _core.replay_prepared(self._core, core_json, progress=progress)
+        :func:`dynosim.replay`); ``control``, a ``_core.Control``, counts and can stop it."""
+        return _core.replay_prepared(self._core, core_json, control=control)
 
-    def replay_summary(self, core_json: str) -> str:
+    def replay_summary(self, core_json: str, control: Any = None) -> str:
         """Only the summary JSON of a replay (no per-request arrays are built)."""
-        return _core.replay_prepared_summary(self._core, core_json)
+        return _core.replay_prepared_summary(self._core, core_json, control=control)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PreparedWorkload, (self.columns,))

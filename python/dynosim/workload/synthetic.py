@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from dynosim.errors import WorkloadError
 from dynosim.workload.base import LENGTH_TAGS, WorkloadModel
-from dynosim.workload.columns import TraceColumns, fresh_hash_ids
+from dynosim.workload.columns import TraceColumns, check_size, fresh_hash_ids
 from dynosim.workload.reading import MAX_LENGTH
 from dynosim.workload.trace import TraceWorkload
 
@@ -201,7 +201,7 @@ class SyntheticWorkload(WorkloadModel):
     prefix_groups: int | None = Field(None, ge=1, strict=True)
     prefix_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, strict=True)
     seed: int = Field(0, ge=0, strict=True)
-    trace_block_size: int = Field(512, gt=0, strict=True)
+    trace_block_size: int = Field(512, gt=0, lt=MAX_LENGTH, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -253,6 +253,26 @@ class SyntheticWorkload(WorkloadModel):
                 "workload.prefix_groups and workload.prefix_fraction go together; "
                 f"missing: workload.{missing}"
             )
+        # Sizes are refused here, before generating allocates anything.
+        if self.count is not None:
+            requests: float = self.count
+            what = "workload.count:"
+        else:
+            assert self.duration_s is not None and self.rate is not None  # checked above
+            requests = self.duration_s * self.rate
+            what = (
+                f"workload.duration_s {self.duration_s:g} s at workload.rate {self.rate:g}/s "
+                "would make about"
+            )
+        check_size(what, requests)
+        if isinstance(self.isl, int):
+            blocks = -(-self.isl // self.trace_block_size)
+            check_size(
+                f"workload.isl {self.isl} tokens x {requests:,.0f} requests "
+                f"({self.trace_block_size} tokens per hash id) would need",
+                0,
+                requests * blocks,
+            )
         return self
 
     def columns(self) -> TraceColumns:
@@ -261,6 +281,9 @@ class SyntheticWorkload(WorkloadModel):
         arrival = self._arrivals(rng)
         n = len(arrival)
         input_length = self._lengths(self.isl, rng, n, "isl")
+        tbs = np.uint64(self.trace_block_size)
+        blocks = (input_length.astype(np.uint64) + (tbs - np.uint64(1))) // tbs
+        check_size("workload.isl: the prompts drawn need", 0, int(blocks.sum()))
         output_length = self._lengths(self.osl, rng, n, "osl")
         if self.prefix_groups is None or self.prefix_fraction is None:
             offsets, hash_ids = fresh_hash_ids(input_length, self.trace_block_size)
@@ -331,8 +354,11 @@ def _grouped_hash_ids(
         np.intp  # np.repeat takes its counts as intp
     )
     n, width = len(shared), int(shared.max())
-    # Unique ids start past the shared ones; groups beyond the requests stay empty.
-    offsets, hash_ids = fresh_hash_ids(input_length, trace_block_size, min(groups, n) * width)
+    # Groups beyond the requests stay empty: request i < n <= groups is group i either way,
+    # and the ids stay far below 2**64 however many groups are asked for.
+    groups = min(groups, n)
+    # Unique ids start past the shared ones.
+    offsets, hash_ids = fresh_hash_ids(input_length, trace_block_size, groups * width)
     for lo in range(0, n, _GROUP_CHUNK):
         hi = min(lo + _GROUP_CHUNK, n)
         count = shared[lo:hi]

@@ -5,6 +5,7 @@
 
 pub mod block_ids;
 pub mod config;
+pub mod control;
 pub mod error;
 pub mod event_queue;
 pub mod kv;
@@ -23,6 +24,7 @@ pub mod transfer;
 pub mod workload;
 
 pub use config::SimConfig;
+pub use control::Control;
 pub use error::{Result, SimError};
 pub use mooncake::{parse_mooncake, MooncakeRows, SessionKey};
 pub use prepared::PreparedWorkload;

@@ -6,6 +6,46 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::error::{Result, SimError};
 
+/// The most requests one workload may hold, whatever made it (a trace, synthetic traffic,
+/// columns): request indices are `u32` in the event loop, and a replay keeps a few hundred
+/// bytes per request, so 100 million requests already need tens of GB.
+pub const MAX_REQUESTS: u64 = 100_000_000;
+
+/// The most prompt hash ids one workload may hold (8 bytes each in the columns, and again in
+/// the block identity tables a replay builds).
+pub const MAX_HASH_IDS: u64 = 1_000_000_000;
+
+/// Thousands separated by commas, as the size limits are quoted.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (k, c) in digits.chars().enumerate() {
+        if k > 0 && (digits.len() - k) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `Err` when `requests` or `hash_ids` pass the limits of one workload; the message names the
+/// count and the limit.
+pub fn check_size(requests: u64, hash_ids: u64) -> Result<()> {
+    for (count, limit, what) in [
+        (requests, MAX_REQUESTS, "requests"),
+        (hash_ids, MAX_HASH_IDS, "prompt hash ids"),
+    ] {
+        if count > limit {
+            return Err(SimError::WorkloadShape(format!(
+                "{} {what}, more than the {} one workload may hold",
+                grouped(count),
+                grouped(limit)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Requests in columns. Request `i` owns `hash_ids[hash_offsets[i]..hash_offsets[i + 1]]`, one
 /// id per `trace_block_size` prompt tokens.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +116,7 @@ impl<'a> Workload<'a> {
                 self.hash_offsets[n]
             )));
         }
+        check_size(n as u64, self.hash_ids.len() as u64)?;
         if self.trace_block_size == 0 {
             return Err(SimError::WorkloadShape(
                 "trace_block_size must be >= 1".into(),
@@ -268,6 +309,24 @@ pub(crate) mod tests {
         // 1,000 in 2: sizes 500..=999, and 512 is a power of two.
         assert_eq!(implied_block_size(2, 1000), Some(512));
         assert_eq!(implied_block_size(1, 7), Some(8));
+    }
+
+    #[test]
+    fn sizes_past_the_limits_are_refused_naming_count_and_limit() {
+        assert_eq!(check_size(MAX_REQUESTS, MAX_HASH_IDS), Ok(()));
+        assert_eq!(
+            check_size(MAX_REQUESTS + 1, 0).unwrap_err().to_string(),
+            "workload: 100,000,001 requests, more than the 100,000,000 one workload may hold"
+        );
+        assert_eq!(
+            check_size(1, 10_u64.pow(12)).unwrap_err().to_string(),
+            "workload: 1,000,000,000,000 prompt hash ids, more than the 1,000,000,000 one \
+             workload may hold"
+        );
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
     }
 
     #[test]

@@ -2,18 +2,20 @@
 //! releases the GIL while a replay runs; every decision lives in the core.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
+use std::time::Duration;
 
 use dynosim_core::config::{AicTiming, EngineConfig, FlavourDefaults, KvShape};
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::time_series::Shape;
 use dynosim_core::{
-    parse_mooncake as parse_mooncake_rows, PreparedWorkload as CorePrepared, Report, SessionKey,
-    SimConfig, SimError, Workload,
+    parse_mooncake as parse_mooncake_rows, Control as CoreControl,
+    PreparedWorkload as CorePrepared, Report, SessionKey, SimConfig, SimError, Workload,
 };
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
+use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList};
 
@@ -52,35 +54,54 @@ fn workload_err(py: Python<'_>, err: SimError) -> PyErr {
 }
 
 fn to_py_err(py: Python<'_>, err: SimError) -> PyErr {
+    // A stop asked through a `Control` (by a signal, or a sweep being cancelled) is Python's
+    // own way of saying the user interrupted.
+    if let SimError::Interrupted { .. } = err {
+        return PyKeyboardInterrupt::new_err(err.to_string());
+    }
     let class = match err {
         SimError::Config { .. } | SimError::ConfigFormat(_) => "ConfigError",
         SimError::Workload { .. } | SimError::WorkloadShape(_) | SimError::Trace(_) => {
             "WorkloadError"
         }
-        SimError::Internal(_) | SimError::Links(_) => "SimulationError",
+        SimError::Internal(_) | SimError::Links(_) | SimError::Interrupted { .. } => {
+            "SimulationError"
+        }
     };
     raise(py, class, err.to_string())
 }
 
-/// A counter of finished requests that a replay running in another thread keeps current.
+/// A replay's count of finished requests and its stop switch, shared with other threads: the
+/// replay keeps `done` current, and `interrupt()` stops it (it raises `KeyboardInterrupt`). One
+/// control may serve many replays at once; interrupting it stops them all.
 #[pyclass(frozen, module = "dynosim._core")]
-struct Progress {
-    done: Arc<AtomicU64>,
+struct Control {
+    inner: Arc<CoreControl>,
 }
 
 #[pymethods]
-impl Progress {
+impl Control {
     #[new]
     fn new() -> Self {
-        Progress {
-            done: Arc::new(AtomicU64::new(0)),
+        Control {
+            inner: Arc::new(CoreControl::new()),
         }
     }
 
     /// Requests finished (completed or rejected) so far.
     #[getter]
     fn done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
+        self.inner.finished()
+    }
+
+    /// Stop every replay holding this control.
+    fn interrupt(&self) {
+        self.inner.interrupt();
+    }
+
+    #[getter]
+    fn interrupted(&self) -> bool {
+        self.inner.is_interrupted()
     }
 }
 
@@ -212,27 +233,97 @@ fn max_min_rates<'py>(
         .map_err(|e| raise(py, "ConfigError", e.to_string()))
 }
 
-/// Run `f` without the GIL. Its error becomes the matching `dynosim.errors` class; a panic (a
-/// bug) becomes `SimulationError` rather than crashing the interpreter.
+/// A panic (a bug) as a `SimulationError` rather than a crashed interpreter.
+fn panic_err(py: Python<'_>, panic: Box<dyn std::any::Any + Send>) -> PyErr {
+    let what = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    raise(
+        py,
+        "SimulationError",
+        format!("internal simulation error (a bug, please report it): {what}"),
+    )
+}
+
+/// Run `f` without the GIL. Its error becomes the matching `dynosim.errors` class; a panic
+/// becomes `SimulationError`.
 fn detached<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, SimError> + Send,
 ) -> PyResult<T> {
     match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
         Ok(result) => result.map_err(|e| to_py_err(py, e)),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(raise(
-                py,
-                "SimulationError",
-                format!("internal simulation error (a bug, please report it): {what}"),
-            ))
-        }
+        Err(panic) => Err(panic_err(py, panic)),
     }
+}
+
+/// How often a thread waiting for a replay runs Python's signal handlers.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
+
+/// Stack of the replay thread: what a Python thread gets on Linux (the main thread's 8 MiB).
+const REPLAY_STACK: usize = 8 << 20;
+
+/// Run a replay `f` without the GIL, and so that Ctrl-C stops it: `f` runs on a thread of its
+/// own while this one wakes every `SIGNAL_POLL` to run Python's signal handlers (they run in
+/// the main thread only; elsewhere the check does nothing). When a handler raises
+/// (`KeyboardInterrupt`), `control` is interrupted, the replay stops within a turn of its event
+/// loop, and the handler's exception is raised. Errors and panics as in [`detached`].
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    control: &CoreControl,
+    f: impl FnOnce() -> Result<T, SimError> + Send,
+) -> PyResult<T> {
+    let (tx, rx) = channel();
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("dynosim-replay".into())
+            .stack_size(REPLAY_STACK)
+            .spawn_scoped(scope, move || {
+                // The receiver waits until this is sent; it cannot be gone.
+                let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+            })
+            .map_err(|e| raise(py, "SimulationError", format!("cannot start a replay: {e}")))?;
+        let mut signalled: Option<PyErr> = None;
+        let mut rx = rx;
+        let outcome = loop {
+            // The receiver goes into the GIL-free closure and back (it is Send, not Sync).
+            let (received, back) = py.detach(move || (rx.recv_timeout(SIGNAL_POLL), rx));
+            rx = back;
+            match received {
+                Ok(outcome) => break outcome,
+                Err(RecvTimeoutError::Timeout) => {
+                    if signalled.is_none() {
+                        if let Err(e) = py.check_signals() {
+                            control.interrupt();
+                            signalled = Some(e);
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(raise(
+                        py,
+                        "SimulationError",
+                        "internal simulation error: the replay thread ended without a result"
+                            .into(),
+                    ))
+                }
+            }
+        };
+        if let Some(e) = signalled {
+            return Err(e);
+        }
+        match outcome {
+            Ok(result) => result.map_err(|e| to_py_err(py, e)),
+            Err(panic) => Err(panic_err(py, panic)),
+        }
+    })
+}
+
+/// The control a replay runs under: the caller's, or its own (so Ctrl-C can still stop it).
+fn control_of(control: Option<PyRef<'_, Control>>) -> Arc<CoreControl> {
+    control.map_or_else(|| Arc::new(CoreControl::new()), |c| c.inner.clone())
 }
 
 /// Parse a Mooncake JSONL trace's bytes into columns in file order; see `_core.pyi`.
@@ -266,18 +357,18 @@ fn parse_mooncake<'py>(
 
 /// Replay request columns; see `dynosim.replay` for the public API.
 #[pyfunction]
-#[pyo3(signature = (columns, config_json, progress=None))]
+#[pyo3(signature = (columns, config_json, control=None))]
 fn replay<'py>(
     py: Python<'py>,
     columns: Columns<'py>,
     config_json: &str,
-    progress: Option<PyRef<'py, Progress>>,
+    control: Option<PyRef<'py, Control>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
     let workload = columns.workload()?;
-    let counter = progress.map(|p| p.done.clone());
-    let report = detached(py, || {
-        dynosim_core::replay(&workload, &config, counter.as_deref())
+    let control = control_of(control);
+    let report = interruptible(py, &control, || {
+        dynosim_core::replay(&workload, &config, Some(&control))
     })?;
     report_dict(py, report, &config)
 }
@@ -309,33 +400,36 @@ impl PreparedWorkload {
 
 /// Replay a prepared workload; returns what `replay` returns.
 #[pyfunction]
-#[pyo3(signature = (prepared, config_json, progress=None))]
+#[pyo3(signature = (prepared, config_json, control=None))]
 fn replay_prepared<'py>(
     py: Python<'py>,
     prepared: PyRef<'py, PreparedWorkload>,
     config_json: &str,
-    progress: Option<PyRef<'py, Progress>>,
+    control: Option<PyRef<'py, Control>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
     let inner = prepared.inner.clone();
-    let counter = progress.map(|p| p.done.clone());
-    let report = detached(py, || {
-        dynosim_core::replay_prepared(&inner, &config, counter.as_deref())
+    let control = control_of(control);
+    let report = interruptible(py, &control, || {
+        dynosim_core::replay_prepared(&inner, &config, Some(&control))
     })?;
     report_dict(py, report, &config)
 }
 
 /// Replay a prepared workload and return only the summary JSON (no per-request arrays).
 #[pyfunction]
-fn replay_prepared_summary(
-    py: Python<'_>,
-    prepared: PyRef<'_, PreparedWorkload>,
+#[pyo3(signature = (prepared, config_json, control=None))]
+fn replay_prepared_summary<'py>(
+    py: Python<'py>,
+    prepared: PyRef<'py, PreparedWorkload>,
     config_json: &str,
+    control: Option<PyRef<'py, Control>>,
 ) -> PyResult<String> {
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
     let inner = prepared.inner.clone();
-    detached(py, || {
-        dynosim_core::replay_prepared(&inner, &config, None).map(|r| r.summary_json())
+    let control = control_of(control);
+    interruptible(py, &control, || {
+        dynosim_core::replay_prepared(&inner, &config, Some(&control)).map(|r| r.summary_json())
     })
 }
 
@@ -406,7 +500,9 @@ fn report_dict<'py>(
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Progress>()?;
+    m.add_class::<Control>()?;
+    m.add("MAX_REQUESTS", dynosim_core::workload::MAX_REQUESTS)?;
+    m.add("MAX_HASH_IDS", dynosim_core::workload::MAX_HASH_IDS)?;
     m.add_class::<PreparedWorkload>()?;
     m.add_function(wrap_pyfunction!(replay_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(replay_prepared_summary, m)?)?;

@@ -9,9 +9,8 @@ mod cluster;
 mod dispatcher;
 mod sampler;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::config::SimConfig;
+use crate::control::Control;
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
 use crate::offload::{Onboard, Tiers};
@@ -35,14 +34,15 @@ enum Event {
     },
 }
 
-/// Replay `workload` under `config`. `progress`, when given, is kept equal to the number of
-/// requests finished (completed or rejected) so another thread can show progress.
+/// Replay `workload` under `config`. `control`, when given, is kept equal to the number of
+/// requests finished (completed or rejected) so another thread can show progress, and stops
+/// the replay with [`SimError::Interrupted`] once interrupted.
 pub fn replay(
     workload: &Workload,
     config: &SimConfig,
-    progress: Option<&AtomicU64>,
+    control: Option<&Control>,
 ) -> Result<Report> {
-    run(workload, None, config, progress, true)
+    run(workload, None, config, control, true)
 }
 
 /// `replay` of a prepared workload: the same report, with the block identities it already
@@ -50,9 +50,9 @@ pub fn replay(
 pub fn replay_prepared(
     prepared: &PreparedWorkload,
     config: &SimConfig,
-    progress: Option<&AtomicU64>,
+    control: Option<&Control>,
 ) -> Result<Report> {
-    run(&prepared.workload(), Some(prepared), config, progress, true)
+    run(&prepared.workload(), Some(prepared), config, control, true)
 }
 
 /// `replay`; `prepared` holds the block identities of `workload` when given;
@@ -62,13 +62,17 @@ fn run(
     workload: &Workload,
     prepared: Option<&PreparedWorkload>,
     config: &SimConfig,
-    progress: Option<&AtomicU64>,
+    control: Option<&Control>,
     chain_plain_passes: bool,
 ) -> Result<Report> {
     config.check_replayable()?;
     workload.validate()?;
     let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
     let mut cluster = Cluster::new(config, workload, prepared, ends_send)?;
+    // Naming the blocks of a large workload takes a while: a stop asked meanwhile holds.
+    if let Some(c) = control {
+        c.checkpoint(0)?;
+    }
     let mut dispatcher = Dispatcher::new(workload, config);
     // Arrival times are known up front only for open-loop session starts.
     let arrivals: Vec<f64> = (0..workload.len())
@@ -194,8 +198,8 @@ fn run(
             queue.push(end, Event::PassEnd { worker: w as u32 });
         }
         new_passes.clear();
-        if let Some(p) = progress {
-            p.store(records.finished as u64, Ordering::Relaxed);
+        if let Some(c) = control {
+            c.checkpoint(records.finished)?;
         }
     }
     sampler.finish(now, &cluster);

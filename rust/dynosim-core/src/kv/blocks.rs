@@ -140,14 +140,11 @@ impl KvCache {
         self.evictions
     }
 
-    /// Blocks held by name (slots with a reference) and the sum of their references: what the
-    /// holders' slot lists add up to (the scheduler's debug checks).
+    /// Each slot's reference count, by slot: what the holders' slot lists must add up to, slot
+    /// by slot (the scheduler's debug checks).
     #[cfg(debug_assertions)]
-    pub fn held_by_name(&self) -> (u32, u64) {
-        self.slots
-            .iter()
-            .filter(|s| s.refcount > 0)
-            .fold((0, 0), |(n, r), s| (n + 1, r + u64::from(s.refcount)))
+    pub fn refcounts(&self) -> Vec<u32> {
+        self.slots.iter().map(|s| s.refcount).collect()
     }
 
     /// The longest run of leading blocks of `ids` the cache holds.

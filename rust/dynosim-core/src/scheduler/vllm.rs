@@ -218,9 +218,10 @@ impl VllmScheduler {
         }
     }
 
-    /// The limits a pass must keep, checked after each one in debug builds: sequence slots,
-    /// the token budget, the cache's capacity, and the block accounting (every block a request
-    /// holds is counted once by the cache).
+    /// The limits a pass must keep, checked when each is planned and when it ends in debug
+    /// builds: sequence slots, the token budget, the cache's capacity, and the block accounting
+    /// (each cached block's reference count equals the requests whose slot lists hold it, and
+    /// the active blocks are those plus the private ones).
     #[cfg(debug_assertions)]
     fn check_invariants(&self) {
         let max = self.config.max_num_seqs as usize;
@@ -245,16 +246,24 @@ impl VllmScheduler {
         );
         let cache = &self.cache;
         assert!(cache.active() + cache.inactive() <= cache.capacity());
-        let (slots, private) = self.seqs.iter().fold((0u64, 0u64), |(s, p), q| {
-            (s + q.slots.len() as u64, p + u64::from(q.private))
-        });
-        let (named, references) = cache.held_by_name();
+        let refcounts = cache.refcounts();
+        let mut held = vec![0u32; refcounts.len()];
+        let mut private = 0u64;
+        for q in &self.seqs {
+            for &slot in &q.slots {
+                held[slot as usize] += 1;
+            }
+            private += u64::from(q.private);
+        }
+        if let Some(slot) = (0..held.len()).find(|&k| held[k] != refcounts[k]) {
+            panic!(
+                "block slot {slot}: {} references in the cache, {} requests hold it",
+                refcounts[slot], held[slot]
+            );
+        }
+        let named = refcounts.iter().filter(|&&r| r > 0).count() as u64;
         assert_eq!(
-            slots, references,
-            "block references differ from the requests' slots"
-        );
-        assert_eq!(
-            u64::from(named) + private,
+            named + private,
             u64::from(cache.active()),
             "active blocks differ from the named and private blocks requests hold"
         );
@@ -771,5 +780,58 @@ impl Engine for VllmScheduler {
             let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SimConfig;
+
+    /// Two 8-token requests on a rank of 4-token blocks, both admitted in one pass.
+    fn two_running() -> VllmScheduler {
+        let (arrival, input, output) = ([0.0, 0.0], [8u32, 8], [4u32, 4]);
+        let (offsets, hashes) = ([0u64, 2, 4], [1u64, 2, 3, 4]);
+        let workload = Workload {
+            arrival_ms: &arrival,
+            input_length: &input,
+            output_length: &output,
+            hash_offsets: &offsets,
+            hash_ids: &hashes,
+            trace_block_size: 4,
+            session: None,
+            delay_ms: None,
+        };
+        let config = SimConfig::from_json(
+            r#"{"engine": {"block_size": 4, "num_gpu_blocks": 16},
+                "timing": {"model": "fixed", "prefill_ms": 10, "decode_ms": 1}}"#,
+        )
+        .unwrap();
+        let ids = Arc::new(BlockIds::new(&workload, 4, 0).unwrap());
+        let timer = StepTimer::new(config.timing.clone(), 64);
+        let mut rank = VllmScheduler::new(Role::Aggregated, &config.engine, timer, ids);
+        let mut records = Records::new(vec![0.0; 2], &input, &output);
+        rank.enqueue(&workload, 0);
+        rank.enqueue(&workload, 1);
+        assert!(rank.start_pass(0.0, &mut records).is_some());
+        rank
+    }
+
+    #[test]
+    fn consistent_block_accounting_passes_the_check() {
+        two_running().check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "requests hold it")]
+    fn a_slot_held_by_the_wrong_request_is_caught() {
+        let mut rank = two_running();
+        // Request 0 claims request 1's first block instead of its own: the references still
+        // add up (4 slots held, 4 references), but two slots are now miscounted.
+        let other = rank.seqs[1].slots[0];
+        rank.seqs[0].slots[0] = other;
+        rank.check_invariants();
     }
 }

@@ -35,7 +35,7 @@ def _replaying(pgid: int) -> bool:
             comms = [(t / "comm").read_text().strip() for t in (proc / "task").iterdir()]
         except (OSError, ProcessLookupError):
             continue
-        if "dynosim-replay" in comms:
+        if "dynosim-core" in comms:
             return True
     return False
 
@@ -99,7 +99,7 @@ def test_an_interrupted_control_raises_keyboard_interrupt_at_once():
     prepared = PreparedWorkload(_long_columns())
     control = _core.Control()
     control.interrupt()
-    with pytest.raises(KeyboardInterrupt, match="interrupted after 0 finished requests"):
+    with pytest.raises(KeyboardInterrupt, match="interrupted after 0 requests"):
         prepared.replay_summary(dynosim.SimConfig().model_dump_json(), control)
 
 

@@ -1,10 +1,11 @@
-//! Watching and stopping a replay from another thread.
+//! Watching and stopping long work (a replay, a trace being parsed) from another thread.
 //!
 //! A replay holding a [`Control`] keeps its count of finished requests current and, between
 //! events, looks at its interrupt flag: once set, the replay stops with
 //! [`SimError::Interrupted`] within one turn of its event loop (microseconds), so a user's
 //! Ctrl-C or a cancelled sweep never waits for a long replay to end. Both are relaxed atomics:
-//! the event loop pays one load and one store per turn.
+//! the event loop pays one load and one store per turn. The Mooncake parser counts rows read
+//! instead, and looks every few thousand rows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -38,7 +39,8 @@ impl Control {
         self.interrupted.load(Ordering::Relaxed)
     }
 
-    /// Record `finished` requests; `Err(Interrupted)` once the replay should stop.
+    /// Record `finished` requests (rows, for a parser); `Err(Interrupted)` once the work
+    /// should stop.
     pub(crate) fn checkpoint(&self, finished: usize) -> Result<()> {
         self.finished.store(finished as u64, Ordering::Relaxed);
         if self.is_interrupted() {

@@ -25,8 +25,8 @@ pub enum SimError {
     /// The KV-transfer link model failed (an invariant of the allocator broke).
     #[error("KV transfer links: {0}")]
     Links(#[from] crate::links::LinkError),
-    /// A [`crate::control::Control`] asked the replay to stop before it ended.
-    #[error("replay interrupted after {finished} finished requests")]
+    /// A [`crate::control::Control`] asked a replay (or a parse) to stop before it ended.
+    #[error("interrupted after {finished} requests")]
     Interrupted { finished: u64 },
     /// An internal invariant broke (a bug): the replay stops rather than hang or report nonsense.
     #[error("internal simulation error: {0}")]

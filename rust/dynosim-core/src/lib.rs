@@ -26,7 +26,7 @@ pub mod workload;
 pub use config::SimConfig;
 pub use control::Control;
 pub use error::{Result, SimError};
-pub use mooncake::{parse_mooncake, MooncakeRows, SessionKey};
+pub use mooncake::{parse_mooncake, parse_mooncake_watched, MooncakeRows, SessionKey};
 pub use prepared::PreparedWorkload;
 pub use replay::{replay, replay_prepared};
 pub use report::Report;

@@ -24,6 +24,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde::Deserializer;
 use serde_json::Value;
 
+use crate::control::Control;
 use crate::error::{Result, SimError};
 
 /// Hash ids, timestamps and delays are below 2**63 (ids must fit an i64 in the replay).
@@ -69,6 +70,21 @@ pub enum SessionKey {
 /// The text is UTF-8 (a leading byte-order mark is dropped); `\n`, `\r\n` and `\r` end a line
 /// and blank lines are skipped. An error names the file and line and is a [`SimError::Trace`].
 pub fn parse_mooncake(data: &[u8], path: &str, trace_block_size: u64) -> Result<MooncakeRows> {
+    parse_mooncake_watched(data, path, trace_block_size, None)
+}
+
+/// Rows between two looks at the control of [`parse_mooncake_watched`]: a few milliseconds.
+const ROWS_PER_CHECK: usize = 4096;
+
+/// [`parse_mooncake`] that keeps `control` at the rows read (every [`ROWS_PER_CHECK`]) and
+/// stops with [`SimError::Interrupted`] once it is interrupted: a multi-GB trace is read for
+/// seconds.
+pub fn parse_mooncake_watched(
+    data: &[u8],
+    path: &str,
+    trace_block_size: u64,
+    control: Option<&Control>,
+) -> Result<MooncakeRows> {
     let text = utf8_text(data, path)?;
     let mut rows = MooncakeRows {
         hash_offsets: vec![0],
@@ -95,6 +111,9 @@ pub fn parse_mooncake(data: &[u8], path: &str, trace_block_size: u64) -> Result<
             })
         });
         rows.session.push(session);
+        if let Some(c) = control.filter(|_| rows.line.len() % ROWS_PER_CHECK == 0) {
+            c.checkpoint(rows.line.len())?;
+        }
     }
     if rows.line.is_empty() {
         return Err(SimError::Trace(format!(

@@ -61,3 +61,19 @@ fn interrupting_from_another_thread_stops_a_running_replay() {
         ),
     }
 }
+
+#[test]
+fn an_interrupted_control_stops_a_trace_parse_at_its_next_look() {
+    use dynosim_core::parse_mooncake_watched;
+
+    let row = r#"{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}"#;
+    let text = format!("{row}\n").repeat(10_000);
+    let control = Control::new();
+    let rows = parse_mooncake_watched(text.as_bytes(), "t.jsonl", 512, Some(&control)).unwrap();
+    assert_eq!(rows.line.len(), 10_000);
+    // Rows are counted every 4,096: the count stands at the last multiple.
+    assert_eq!(control.finished(), 8192);
+    control.interrupt();
+    let err = parse_mooncake_watched(text.as_bytes(), "t.jsonl", 512, Some(&control)).unwrap_err();
+    assert_eq!(err, SimError::Interrupted { finished: 4096 });
+}

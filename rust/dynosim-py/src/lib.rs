@@ -11,8 +11,8 @@ use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::time_series::Shape;
 use dynosim_core::{
-    parse_mooncake as parse_mooncake_rows, Control as CoreControl,
-    PreparedWorkload as CorePrepared, Report, SessionKey, SimConfig, SimError, Workload,
+    parse_mooncake_watched, Control as CoreControl, PreparedWorkload as CorePrepared, Report,
+    SessionKey, SimConfig, SimError, Workload,
 };
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyKeyboardInterrupt;
@@ -247,29 +247,19 @@ fn panic_err(py: Python<'_>, panic: Box<dyn std::any::Any + Send>) -> PyErr {
     )
 }
 
-/// Run `f` without the GIL. Its error becomes the matching `dynosim.errors` class; a panic
-/// becomes `SimulationError`.
-fn detached<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, SimError> + Send,
-) -> PyResult<T> {
-    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
-        Ok(result) => result.map_err(|e| to_py_err(py, e)),
-        Err(panic) => Err(panic_err(py, panic)),
-    }
-}
-
 /// How often a thread waiting for a replay runs Python's signal handlers.
 const SIGNAL_POLL: Duration = Duration::from_millis(20);
 
-/// Stack of the replay thread: what a Python thread gets on Linux (the main thread's 8 MiB).
-const REPLAY_STACK: usize = 8 << 20;
+/// Stack of the worker thread: what a Python thread gets on Linux (the main thread's 8 MiB).
+const WORKER_STACK: usize = 8 << 20;
 
-/// Run a replay `f` without the GIL, and so that Ctrl-C stops it: `f` runs on a thread of its
-/// own while this one wakes every `SIGNAL_POLL` to run Python's signal handlers (they run in
-/// the main thread only; elsewhere the check does nothing). When a handler raises
-/// (`KeyboardInterrupt`), `control` is interrupted, the replay stops within a turn of its event
-/// loop, and the handler's exception is raised. Errors and panics as in [`detached`].
+/// Run `f` (a replay, a parse) without the GIL, and so that Ctrl-C stops it: `f` runs on a
+/// thread of its own while this one wakes every `SIGNAL_POLL` to run Python's signal handlers
+/// (they run in the main thread only; elsewhere the check does nothing). When a handler raises
+/// (`KeyboardInterrupt`), `control` is interrupted, `f` stops at its next look at it (a replay
+/// within a turn of its event loop), and the handler's exception is raised. Errors of `f`
+/// become the matching `dynosim.errors` class, a panic (a bug) a `SimulationError` rather than
+/// a crashed interpreter.
 fn interruptible<T: Send>(
     py: Python<'_>,
     control: &CoreControl,
@@ -278,13 +268,19 @@ fn interruptible<T: Send>(
     let (tx, rx) = channel();
     std::thread::scope(|scope| {
         std::thread::Builder::new()
-            .name("dynosim-replay".into())
-            .stack_size(REPLAY_STACK)
+            .name("dynosim-core".into())
+            .stack_size(WORKER_STACK)
             .spawn_scoped(scope, move || {
                 // The receiver waits until this is sent; it cannot be gone.
                 let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
             })
-            .map_err(|e| raise(py, "SimulationError", format!("cannot start a replay: {e}")))?;
+            .map_err(|e| {
+                raise(
+                    py,
+                    "SimulationError",
+                    format!("cannot start a worker thread: {e}"),
+                )
+            })?;
         let mut signalled: Option<PyErr> = None;
         let mut rx = rx;
         let outcome = loop {
@@ -305,7 +301,7 @@ fn interruptible<T: Send>(
                     return Err(raise(
                         py,
                         "SimulationError",
-                        "internal simulation error: the replay thread ended without a result"
+                        "internal simulation error: the worker thread ended without a result"
                             .into(),
                     ))
                 }
@@ -334,7 +330,10 @@ fn parse_mooncake<'py>(
     path: &str,
     trace_block_size: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let rows = detached(py, || parse_mooncake_rows(data, path, trace_block_size))?;
+    let control = CoreControl::new();
+    let rows = interruptible(py, &control, || {
+        parse_mooncake_watched(data, path, trace_block_size, Some(&control))
+    })?;
     let keys = PyList::empty(py);
     for key in &rows.session_keys {
         match key {

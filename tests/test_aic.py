@@ -523,6 +523,8 @@ def test_aic_section_prices_its_engines_backend():
         {"engine": {"backend": "sglang"}, "timing": {"model": "aic", **unset}}
     )
     assert config.timing.backend is None  # prices sglang, the engine's
+    with pytest.raises(ConfigError, match=r"timing\.backend: unset; in a configuration"):
+        aic.resolve_aic_timing(config.timing, Path("unused"))
 
 
 def test_aic_section_tp_must_match_its_engine():

@@ -55,9 +55,10 @@ impl VllmScheduler {
         free.saturating_sub(reserved)
     }
 
-    /// Whether a request whose prompt blocks are `ids` and which completes at `tokens` tokens
-    /// fits the `unreserved` blocks: what it takes there is its completion blocks less the
-    /// cached prefix blocks that running requests hold (inactive cached blocks count as free).
+    /// The unreserved blocks a request that completes at `tokens` tokens takes when admitted
+    /// with a prefix hit of `hit_blocks` cached blocks (`hit_inactive` of them inactive): its
+    /// completion blocks less the hit blocks running requests hold. Inactive cached blocks are
+    /// counted as unreserved, so reusing them takes from what is left like a new block.
     fn reservation(&self, tokens: u64, hit_blocks: u32, hit_inactive: u32) -> u64 {
         let shared = u64::from(hit_blocks - hit_inactive);
         self.blocks_for(tokens).saturating_sub(shared)

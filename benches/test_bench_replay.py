@@ -29,6 +29,24 @@ def test_conversation_trace_4_workers(benchmark, conversation):
         )
 
 
+@pytest.mark.parametrize("chunked_context", [False, True])
+def test_conversation_trace_4_workers_trtllm(benchmark, conversation, chunked_context):
+    """The TensorRT-LLM-like engine flavour on the same trace (32-token blocks, no-evict
+    admission), against the vLLM-like one above (its time should stay within 1.5x). Without
+    chunked context, prompts longer than the 8,192-token budget are rejected."""
+    config = dynosim.load_config(
+        {
+            "cluster": {"num_workers": 4},
+            "engine": {"backend": "trtllm", "enable_chunked_context": chunked_context},
+        }
+    )
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    assert s["num_preemptions"] == 0  # no-evict never preempts
+    benchmark.extra_info.update(passes=s["num_passes"], completed=s["completed_requests"])
+
+
 @pytest.mark.parametrize("link_model", ["max_min", "line_rate"])
 def test_conversation_trace_disaggregated_2p2d(benchmark, conversation, link_model):
     """2 prefill + 2 decode workers, 64 GB/s links, Qwen3-32B bf16 KV (262,144 bytes/token).

@@ -499,7 +499,7 @@ def test_version_aliases_resolve_to_a_version(tmp_path):
 @needs_aic
 def test_aic_sections_become_tables(aic_cache, qwen_table):
     config = {
-        "engine": {"tensor_parallel_size": 1},
+        "engine": {"backend": "trtllm", "tensor_parallel_size": 1},
         "timing": {"model": "aic", **QWEN},
         "decode": {"timing": {"model": "aic", **QWEN, "tp": 1}, "engine": None},
         "prefill": {"timing": None},
@@ -516,18 +516,31 @@ def test_aic_sections_become_tables(aic_cache, qwen_table):
     assert cfg.decode.timing.model == "op_tables"
 
 
+def test_aic_section_prices_its_engines_backend():
+    # One setting: the engine's backend; an aic section naming another is an error naming both.
+    with pytest.raises(ConfigError, match=r"timing.backend: trtllm differs from engine.backend"):
+        dynosim.SimConfig.model_validate({"timing": {"model": "aic", **QWEN}})
+    unset = {k: v for k, v in QWEN.items() if k != "backend"}
+    config = dynosim.SimConfig.model_validate(
+        {"engine": {"backend": "sglang"}, "timing": {"model": "aic", **unset}}
+    )
+    assert config.timing.backend is None  # prices sglang, the engine's
+    with pytest.raises(ConfigError, match=r"timing\.backend: unset; in a configuration"):
+        aic.resolve_aic_timing(config.timing, Path("unused"))
+
+
 def test_aic_section_tp_must_match_its_engine():
     # Checked by the core with the configuration, before any table is built.
     config = {
         "cluster": {"mode": "disaggregated"},
-        "engine": {"tensor_parallel_size": 1},
+        "engine": {"backend": "trtllm", "tensor_parallel_size": 1},
         "prefill": {"timing": {"model": "aic", **QWEN, "tp": 2}},
     }
     with pytest.raises(
         ConfigError, match=r"prefill.timing.tp: 2 differs from engine.tensor_parallel_size=1"
     ):
         dynosim.SimConfig.model_validate(config)
-    config["prefill"]["engine"] = {"tensor_parallel_size": 4}
+    config["prefill"]["engine"] = {"backend": "trtllm", "tensor_parallel_size": 4}
     with pytest.raises(ConfigError, match=r"differs from prefill.engine.tensor_parallel_size=4"):
         dynosim.SimConfig.model_validate(config)
 

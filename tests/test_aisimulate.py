@@ -466,27 +466,16 @@ def disaggregated(gbps: float, link_model: str = "line_rate") -> dict:
     }
 
 
-#: dynosim's TRT-LLM engine flavour (issue 16): engine.backend exists before the flavour's
-#: scheduler does; its run turns on with the scheduler.
-HAVE_TRTLLM_FLAVOUR = False
 RUNS = {
     "aggregated vLLM": {"cluster": {"num_workers": 4}, "engine": {"block_size": 64}},
-    "aggregated TRT-LLM": {"cluster": {"num_workers": 4}, "engine": {"backend": "trtllm"}},
+    # AISimulate's TensorRT-LLM engine chunks contexts (TensorRT-LLM's default is not to).
+    "aggregated TRT-LLM": {
+        "cluster": {"num_workers": 4},
+        "engine": {"backend": "trtllm", "enable_chunked_context": True},
+    },
     "disaggregated 25 GB/s": disaggregated(25.0),
     "disaggregated 5 GB/s": disaggregated(5.0),
 }
-
-
-RUN_PARAMS = [
-    pytest.param(
-        run,
-        marks=pytest.mark.skipif(
-            run == "aggregated TRT-LLM" and not HAVE_TRTLLM_FLAVOUR,
-            reason="needs the trtllm engine flavour (issue 16)",
-        ),
-    )
-    for run in RUNS
-]
 
 
 @pytest.fixture(scope="module")
@@ -512,7 +501,7 @@ def head_to_head(aisim_bin, conversation):
 
 
 @needs_aisimulate
-@pytest.mark.parametrize("run", RUN_PARAMS)
+@pytest.mark.parametrize("run", RUNS)
 def test_mean_latency_within_half_a_percent_of_aisimulate(head_to_head, run):
     report, theirs = head_to_head(run)
     assert report.completed_requests == theirs["completed_requests"] == 12_031

@@ -223,6 +223,28 @@ def test_aggregated_settings_map_to_dynamo_engine_args():
     assert "prefill_engine_args" not in kwargs
 
 
+def test_backend_flag_picks_the_engine_flavour_and_its_budget_setting():
+    config = _bench_config("--backend", "trtllm", "--max-num-batched-tokens", "4096")
+    assert (config.engine.backend, config.engine.max_num_tokens) == ("trtllm", 4096)
+    assert config.engine.enable_chunked_context is None  # TensorRT-LLM's default: off
+    # Compared with a peer, contexts are chunked as the peers' TensorRT-LLM engines chunk them.
+    compared = _bench_config("--backend", "trtllm", "--compare", "dynamo")
+    assert compared.engine.enable_chunked_context is True
+    assert _bench_config("--max-num-batched-tokens", "512").engine.max_num_batched_tokens == 512
+
+
+def test_trtllm_settings_map_to_dynamo_trtllm_engine():
+    config = dynosim.load_config(
+        {"engine": {"backend": "trtllm", "max_num_tokens": 4096, "enable_chunked_context": True}}
+    )
+    engine = dynamo_replay_kwargs(config, 512)["extra_engine_args"]["engine"]
+    assert engine["backend"] == "trtllm"
+    assert engine["trtllm"] == {"capacity_scheduler_policy": "guaranteed_no_evict"}
+    assert (engine["block_size"], engine["max_num_batched_tokens"]) == (32, 4096)
+    assert engine["enable_chunked_prefill"] is True
+    assert "preemption_mode" not in engine
+
+
 def test_disaggregated_settings_map_to_prefill_and_decode_args():
     config = dynosim.load_config(
         {
@@ -295,6 +317,14 @@ def test_disaggregated_settings_map_to_prefill_and_decode_args():
             },
             "kv_transfer.kv_bytes_per_token: Dynamo takes a whole number of bytes, got 2.5",
         ),
+        (
+            {"engine": {"backend": "trtllm"}},
+            "engine.enable_chunked_context: Dynamo's TensorRT-LLM engine chunks contexts",
+        ),
+        (
+            {"engine": {"backend": "trtllm", "capacity_scheduler": "max_utilization"}},
+            "engine.capacity_scheduler: Dynamo models guaranteed_no_evict only",
+        ),
     ],
 )
 def test_settings_dynamo_cannot_model_are_refused(config, message):
@@ -355,10 +385,16 @@ def test_compare_prints_the_side_by_side_table(small_trace, tmp_path, capsys):
     assert rows[1]["wall_ms"] > rows[1]["replay_ms"] > 0
 
 
-#: The issue's two reference runs on the full conversation trace (block 64, trace block 512,
-#: polynomial timing, round robin, arrival speedup 1).
+#: The reference runs on the full conversation trace (trace block 512, polynomial timing, round
+#: robin, arrival speedup 1): vLLM-like engines with 64-token blocks, and the TensorRT-LLM-like
+#: engine at its defaults (32-token blocks, no-evict admission) but with chunked context, which
+#: Dynamo's TensorRT-LLM engine always does.
 RUNS = {
     "aggregated": {"cluster": {"num_workers": 4}, "engine": {"block_size": 64}},
+    "aggregated TRT-LLM": {
+        "cluster": {"num_workers": 4},
+        "engine": {"backend": "trtllm", "enable_chunked_context": True},
+    },
     "disaggregated": {
         "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2},
         "engine": {"block_size": 64},

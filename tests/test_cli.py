@@ -73,6 +73,19 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     assert config["engine"]["num_gpu_blocks"] == 4096
 
 
+def test_backend_flag_picks_the_engine_flavour(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("engine:\n  preemption_mode: fifo\n")
+    argv = ["replay", "--backend", "trtllm", "--max-num-batched-tokens", "4096", "--json", "-"]
+    assert main(argv) == 0
+    engine = json.loads(capsys.readouterr().out)["config"]["engine"]
+    assert (engine["backend"], engine["max_num_tokens"]) == ("trtllm", 4096)
+    assert engine["max_num_batched_tokens"] is None
+    # A vLLM setting from the file does not exist on the TensorRT-LLM engine: named, refused.
+    assert main(["replay", "--config", str(cfg), "--backend", "trtllm"]) == EXIT_BAD_INPUT
+    assert "engine.preemption_mode: a vllm setting; the trtllm engine" in capsys.readouterr().err
+
+
 def test_bad_trace_exits_with_file_and_line(tmp_path, capsys):
     trace = tmp_path / "bad.jsonl"
     trace.write_text(

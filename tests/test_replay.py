@@ -286,3 +286,35 @@ def test_every_request_completes_or_is_rejected(rows, blocks, workers, seqs):
     done = report.requests["status"] == 0
     assert (report.requests["first_token_ms"][done] >= report.requests["arrival_ms"][done]).all()
     assert s["itl_ms"]["count"] == int((report.requests["output_length"][done] - 1).sum())
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"cluster": {"num_workers": 3, "router": "kv_aware"}},
+        {"cluster": {"num_workers": 2, "router": "random"}, "engine": {"num_gpu_blocks": 2_000}},
+        {
+            "cluster": {"num_workers": 2},
+            "engine": {"num_gpu_blocks": 2_000},
+            "kv_transfer": {"kv_bytes_per_token": 131_072},
+            "offload": {"g2_blocks": 2_000, "g3_blocks": 4_000},
+        },
+        {
+            "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2},
+            "engine": {"num_gpu_blocks": 1_200},
+            "kv_transfer": {"bandwidth_gbps": 25.0, "kv_bytes_per_token": 131_072},
+        },
+    ],
+)
+@pytest.mark.parametrize("capacity", ["guaranteed_no_evict", "max_utilization"])
+def test_trtllm_flavour_serves_every_mode_router_and_tier(settings, capacity):
+    workload = dynosim.load_trace(dynosim.sample_trace_path())
+    engine = {"backend": "trtllm", "capacity_scheduler": capacity, "enable_chunked_context": True}
+    config = dynosim.load_config({**settings, "engine": {**settings.get("engine", {}), **engine}})
+    report = dynosim.replay(workload, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == s["num_requests"]
+    assert s["completed_requests"] > 0.9 * s["num_requests"]
+    if capacity == "guaranteed_no_evict":
+        assert s["num_preemptions"] == 0
+    assert dynosim.replay(workload, config).to_json() == report.to_json()

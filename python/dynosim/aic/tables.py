@@ -57,7 +57,7 @@ import numpy as np
 
 from dynosim._dependencies import aic_core
 from dynosim.aic.target import AicTarget, resolve_aic_timing
-from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables
+from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables, SimConfig, resolve
 from dynosim.config.timing_table import write_npz
 from dynosim.errors import ConfigError, warn
 
@@ -375,6 +375,9 @@ def aic_sections_to_tables(
     dotted path. ``memo``, kept across calls (a sweep's many candidates), resolves each
     distinct section once, failures included. Raises what :func:`aic_table_timing` raises."""
     out = dict(config)
+    # An aic section without a backend prices the engine it times.
+    parsed = SimConfig(**config)
+    timed = {v.timing_path: v.engine.backend for v in resolve(parsed).roles.values()}
     holders = {"timing": out}
     for role in ("prefill", "decode"):
         if isinstance(out.get(role), dict):
@@ -384,7 +387,8 @@ def aic_sections_to_tables(
     for path, holder in holders.items():
         timing = holder.get("timing")
         if isinstance(timing, dict) and timing.get("model") == "aic":
-            spec = AicTiming(**timing)
+            backend = timing.get("backend") or timed.get(path, parsed.engine.backend)
+            spec = AicTiming(**{**timing, "backend": backend})
             memo = {} if memo is None else memo
             if spec not in memo:
                 try:

@@ -102,6 +102,11 @@ def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
         ConfigError: the model, system, backend, version or layout is not supported (the
             message names the value and lists the supported ones).
     """
+    if spec.backend is None:
+        raise ConfigError(
+            "timing.backend: unset; in a configuration an aic section prices its engine's "
+            "backend (engine.backend), but on its own it must name one"
+        )
     config = text_config(bundled_model_config(spec.model_name))
     if not known_versions(spec.system, spec.backend):
         backends = supported_backends(spec.system)  # names an unknown system, or one without data

@@ -170,6 +170,12 @@ def _parser() -> argparse.ArgumentParser:
         f"(default {d.cluster.arrival_speedup_ratio:g}; Dynamo's own bench defaults to 4)",
     )
     p.add_argument(
+        "--backend",
+        choices=["vllm", "sglang", "trtllm"],
+        help=f"the serving engine modelled (default {d.engine.backend}); --compare runs the "
+        "peer's engine of the same name",
+    )
+    p.add_argument(
         "--trace-block-size",
         type=int,
         default=512,
@@ -198,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-batched-tokens",
         type=int,
         metavar="TOKENS",
-        help=f"token budget of one pass (default {d.engine.pass_token_budget})",
+        help=f"token budget of one pass (default {d.engine.pass_token_budget}; trtllm: its "
+        "max_num_tokens)",
     )
     p.add_argument(
         "--kv-bytes-per-token", type=float, metavar="BYTES", help="disagg: KV bytes of one token"
@@ -263,6 +270,10 @@ _DISAGG_ONLY = (
 )
 
 
+#: The engine setting --max-num-batched-tokens sets, by flavour (the pass's token budget).
+_BUDGET = {"trtllm": "max_num_tokens"}
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -307,6 +318,11 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
     if peer_disagg:
         # Count first tokens as the peers do: after the decode worker's first pass.
         data["kv_transfer"]["first_token"] = "first_decode_pass"
+    backend = args.backend or data["engine"]["backend"]
+    data["engine"]["backend"] = backend
+    if backend == "trtllm" and args.compare is not None:
+        # The peers' TensorRT-LLM engines chunk contexts (TensorRT-LLM's default is not to).
+        data["engine"]["enable_chunked_context"] = True
     data["cluster"]["router"] = router
     data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
     for value, section, key in (
@@ -317,7 +333,7 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
         (args.block_size, "engine", "block_size"),
         (args.num_gpu_blocks, "engine", "num_gpu_blocks"),
         (args.max_num_seqs, "engine", "max_num_seqs"),
-        (args.max_num_batched_tokens, "engine", "max_num_batched_tokens"),
+        (args.max_num_batched_tokens, "engine", _BUDGET.get(backend, "max_num_batched_tokens")),
         (args.kv_bytes_per_token, "kv_transfer", "kv_bytes_per_token"),
         (args.kv_transfer_bandwidth, "kv_transfer", "bandwidth_gbps"),
         (link_model, "kv_transfer", "link_model"),

@@ -40,7 +40,9 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--block-size", type=int, help="tokens per KV block")
     r.add_argument("--num-gpu-blocks", type=int, help="KV blocks per rank (a worker has DP ranks)")
     r.add_argument("--max-num-seqs", type=int, help="most running requests per worker")
-    r.add_argument("--max-num-batched-tokens", type=int, help="token budget per pass")
+    r.add_argument(
+        "--max-num-batched-tokens", type=int, help="token budget per pass (trtllm: max_num_tokens)"
+    )
     r.add_argument(
         "--timing", choices=["polynomial", "fixed", "table", "aic"], help="step-time model"
     )
@@ -63,7 +65,12 @@ def add_parser(sub: Any) -> None:
     )
     m.add_argument("--model", help="AIC model (e.g. Qwen/Qwen3-32B) or a Hugging Face config.json")
     m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
-    m.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], help="serving engine")
+    m.add_argument(
+        "--backend",
+        choices=["trtllm", "vllm", "sglang"],
+        help="serving engine: the engine flavour simulated (engine.backend), and the engine "
+        "whose data AIC prices",
+    )
     m.add_argument(
         "--backend-version",
         help="the engine's version (default: AIC's current); each operation is priced with its "
@@ -135,10 +142,14 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
         ("g3_shared", "offload", "g3_shared"),
         ("g1_g2_gbps", "offload", "g1_g2_gbps"),
         ("g2_g3_gbps", "offload", "g2_g3_gbps"),
+        ("backend", "engine", "backend"),
     ):
         value = getattr(args, flag)
         if value is not None:
             data[section][key] = value
+    if data["engine"]["backend"] == "trtllm" and args.max_num_batched_tokens is not None:
+        # The pass's token budget is TensorRT-LLM's max_num_tokens.
+        data["engine"]["max_num_tokens"] = data["engine"].pop("max_num_batched_tokens")
     if args.prefill_workers is not None or args.decode_workers is not None:
         data["cluster"]["mode"] = "disaggregated"
     _check_mode_flags(args, data["cluster"]["mode"])
@@ -198,12 +209,12 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             tp=engine["tensor_parallel_size"],
             memory_fraction=fraction,
             block_size=settings.setting("block_size"),
-            backend=args.backend or "trtllm",
+            backend=settings.backend,
         )
     timing = data["timing"]
     spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
     return aic_kv_capacity(
-        AicTiming(**spec),
+        AicTiming(**{**spec, "backend": spec.get("backend") or settings.backend}),
         block_size=settings.setting("block_size"),
         max_num_batched_tokens=settings.pass_token_budget,
         max_num_seqs=engine["max_num_seqs"],
@@ -212,11 +223,9 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
 
 
 def _aic_spec(args: argparse.Namespace, engine: dict[str, Any]) -> dict[str, Any]:
-    """The aic timing section of --model, --system, --backend, --backend-version and the
-    engine's layout (--ep for the experts)."""
+    """The aic timing section of --model, --system, --backend-version and the engine's layout
+    (--ep for the experts); it prices the engine's backend (--backend)."""
     spec: dict[str, Any] = {"model": "aic", "model_name": args.model, "system": args.system}
-    if args.backend is not None:
-        spec["backend"] = args.backend
     if args.backend_version is not None:
         spec["backend_version"] = args.backend_version
     spec["tp"] = engine["tensor_parallel_size"]
@@ -232,18 +241,20 @@ def _timing(
     """The timing section after the --timing flags, checking they belong together."""
     model = args.timing or current["model"]
     sizing = args.model is not None and args.system is not None
-    if model != "aic" and not sizing and (args.backend or args.backend_version):
+    if model != "aic" and not sizing and args.backend_version:
         raise UsageError(
-            "--backend and --backend-version apply to --timing aic, or to sizing the KV cache "
-            "with --model and --system"
+            "--backend-version applies to --timing aic, or to sizing the KV cache with --model "
+            "and --system"
         )
     if model == "aic":
         spec = dict(current) if current["model"] == "aic" else {"model": "aic"}
-        flags = {"model": "model_name", "system": "system", "backend": "backend"}
+        if args.backend is not None:
+            spec["backend"] = None  # follows the engine's, which --backend sets
+        flags = {"model": "model_name", "system": "system"}
         for flag, key in {**flags, "backend_version": "backend_version", "ep": "ep"}.items():
             if getattr(args, flag) is not None:
                 spec[key] = getattr(args, flag)
-        missing = [f"--{f}" for f, key in flags.items() if f != "backend" and key not in spec]
+        missing = [f"--{f}" for f, key in flags.items() if key not in spec]
         if missing:
             raise UsageError(f"--timing aic needs {' and '.join(missing)}")
         # The tables are for the engine's layout.

@@ -48,19 +48,30 @@ AISIMULATE_VERSION = "0.13.0"
 #: engine can spin without progress on a request that never fits its cache.
 RUN_TIMEOUT_S = 600.0
 
-#: dynosim engine settings and the binary's flags for them.
+#: dynosim engine settings of every flavour and the binary's flags for them.
 _ENGINE_FLAGS = (
     ("block_size", "block-size"),
     ("num_gpu_blocks", "num-gpu-blocks"),
     ("max_num_seqs", "max-num-seqs"),
-    ("max_num_batched_tokens", "max-num-batched-tokens"),
-    ("enable_chunked_prefill", "chunked-prefill"),
-    ("preemption_mode", "preemption-mode"),
     ("tensor_parallel_size", "tensor-parallel-size"),
 )
-#: Engine settings checked rather than passed: the flavour (``backend``, once dynosim has
-#: engine flavours) and the data-parallel ranks.
-_ENGINE_CHECKED = ("backend", "data_parallel_size")
+#: Each flavour's own settings and the flags for them. AISimulate's TensorRT-LLM engine runs
+#: its vLLM-like scheduler under the no-evict admission rule: the pass budget and chunked
+#: context are its vLLM flags.
+_FLAVOUR_FLAGS = {
+    "vllm": (
+        ("max_num_batched_tokens", "max-num-batched-tokens"),
+        ("enable_chunked_prefill", "chunked-prefill"),
+        ("preemption_mode", "preemption-mode"),
+    ),
+    "trtllm": (
+        ("max_num_tokens", "max-num-batched-tokens"),
+        ("enable_chunked_context", "chunked-prefill"),
+    ),
+}
+#: Engine settings checked rather than passed: the flavour (passed as --backend), the
+#: data-parallel ranks, and TensorRT-LLM's capacity scheduler.
+_ENGINE_CHECKED = ("backend", "data_parallel_size", "capacity_scheduler")
 
 
 def _text(value: Any) -> str:
@@ -79,7 +90,13 @@ def _engine_flags(role: RoleView, prefix: str) -> list[str]:
             "over every data-parallel rank rather than by vLLM's DP load balancer; compare "
             f"with data_parallel_size 1, got {e.data_parallel_size}"
         )
-    known = {name for name, _ in _ENGINE_FLAGS} | set(_ENGINE_CHECKED)
+    if e.backend == "trtllm" and e.capacity_scheduler != "guaranteed_no_evict":
+        raise ConfigError(
+            f"{role.engine_path}.capacity_scheduler: AISimulate's TensorRT-LLM engine models "
+            f"guaranteed_no_evict only; got {e.capacity_scheduler}"
+        )
+    flags = _ENGINE_FLAGS + _FLAVOUR_FLAGS.get(e.backend, ())
+    known = {name for name, _ in flags} | set(_ENGINE_CHECKED)
     for name, field in type(e).model_fields.items():
         value = getattr(e, name)
         if name not in known and value != field.default:
@@ -87,11 +104,9 @@ def _engine_flags(role: RoleView, prefix: str) -> list[str]:
                 f"{role.engine_path}.{name}: the comparison with AISimulate does not map this "
                 f"setting; compare with its default {field.default!r}, got {value!r}"
             )
-    # dynosim's engine is vLLM-like; an engine flavour (engine.backend) picks AISimulate's
-    # scheduler of the same name.
-    backend = getattr(e, "backend", None) or "vllm"
-    values: list[tuple[str, Any]] = [("backend", backend)]
-    values += [(flag, getattr(e, name)) for name, flag in _ENGINE_FLAGS]
+    # The engine flavour picks AISimulate's scheduler of the same name.
+    values: list[tuple[str, Any]] = [("backend", e.backend)]
+    values += [(flag, getattr(e, name)) for name, flag in flags]
     values += [
         ("speedup-ratio", timing.speedup_ratio),
         ("decode-speedup-ratio", timing.decode_speedup_ratio),

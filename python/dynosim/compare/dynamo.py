@@ -24,9 +24,44 @@ from dynosim.compare.peer import (
     round_robin,
 )
 from dynosim.config import Resolved, RoleView, SimConfig, resolve
-from dynosim.errors import DynosimError
+from dynosim.errors import ConfigError, DynosimError
 
 PEER = "Dynamo"
+
+
+def _flavour_args(role: RoleView) -> dict[str, Any]:
+    """One role's engine flavour in Dynamo's engine settings: its backend and scheduling."""
+    e = role.engine
+    if e.backend == "vllm":
+        return {
+            "max_num_batched_tokens": e.max_num_batched_tokens,
+            "enable_chunked_prefill": e.enable_chunked_prefill,
+            "preemption_mode": e.preemption_mode,
+        }
+    if e.backend == "trtllm":
+        # Dynamo's TensorRT-LLM engine runs its vLLM-like scheduler under the no-evict
+        # admission rule, with vLLM's token budget and chunked prefill.
+        if e.capacity_scheduler != "guaranteed_no_evict":
+            raise ConfigError(
+                f"{role.engine_path}.capacity_scheduler: {PEER} models guaranteed_no_evict "
+                f"only; got {e.capacity_scheduler}"
+            )
+        if not e.enable_chunked_context:
+            raise ConfigError(
+                f"{role.engine_path}.enable_chunked_context: {PEER}'s TensorRT-LLM engine "
+                "chunks contexts as its vLLM one chunks prefills (unchunked, its replay stops on "
+                "a prompt longer than the budget); compare with true, got false"
+            )
+        return {
+            "backend": "trtllm",
+            "max_num_batched_tokens": e.max_num_tokens,
+            "enable_chunked_prefill": e.enable_chunked_context,
+            "trtllm": {"capacity_scheduler_policy": "guaranteed_no_evict"},
+        }
+    raise ConfigError(
+        f"{role.engine_path}.backend: the comparison with {PEER} maps the vllm and trtllm "
+        f"engines; got {e.backend}"
+    )
 
 
 def _engine_args(role: RoleView) -> dict[str, Any]:
@@ -38,10 +73,8 @@ def _engine_args(role: RoleView) -> dict[str, Any]:
             "block_size": e.block_size,
             "num_gpu_blocks": e.num_gpu_blocks,
             "max_num_seqs": e.max_num_seqs,
-            "max_num_batched_tokens": e.max_num_batched_tokens,
-            "enable_chunked_prefill": e.enable_chunked_prefill,
+            **_flavour_args(role),
             "enable_prefix_caching": True,  # dynosim always shares prefixes
-            "preemption_mode": e.preemption_mode,
             "speedup_ratio": timing.speedup_ratio,
             "decode_speedup_ratio": timing.decode_speedup_ratio,
             "worker_type": role.role,  # Dynamo names the roles as dynosim does

@@ -3,6 +3,7 @@ view of them the replay reads."""
 
 from dynosim.config.loading import config_json_schema, load_config, load_settings_file
 from dynosim.config.models import (
+    ENGINE_DEFAULTS,
     LIMITS,
     OP_TABLE_ARRAYS,
     TABLE_ARRAYS,
@@ -27,6 +28,7 @@ from dynosim.config.resolved import Resolved, RoleView, TransferView, resolve
 from dynosim.config.timing_table import load_timing_table, save_timing_table
 
 __all__ = [
+    "ENGINE_DEFAULTS",
     "LIMITS",
     "OP_TABLE_ARRAYS",
     "TABLE_ARRAYS",

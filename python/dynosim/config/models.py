@@ -297,8 +297,10 @@ class AicTiming(_Settings):
     model: Literal["aic"] = "aic"
     model_name: str = Field(description="AIConfigurator model name, e.g. Qwen/Qwen3-32B.")
     system: str = Field(description="AIConfigurator system name, e.g. h200_sxm.")
-    backend: Literal["trtllm", "vllm", "sglang"] = Field(
-        _AIC_DEFAULTS["backend"], description="Serving engine."
+    backend: Literal["trtllm", "vllm", "sglang"] | None = Field(
+        _AIC_DEFAULTS["backend"],
+        description="Serving engine whose measurements price the passes; unset: the backend "
+        "of the engine this section times (set, it must be that one).",
     )
     backend_version: str | None = Field(
         _AIC_DEFAULTS["backend_version"],

@@ -168,6 +168,7 @@ class Candidate(StrictModel):
                 )
             engine = {
                 **data["engine"],
+                "backend": self.backend,
                 "block_size": self.block_size,
                 "max_num_seqs": spec.max_batch_size,
                 "tensor_parallel_size": spec.tensor_parallel_size,
@@ -202,9 +203,9 @@ class Candidate(StrictModel):
         """The candidate that deploys the cluster ``config`` simulates: per role its workers,
         TP, DP and ``max_num_seqs`` (as max batch size), and the block size all roles share.
 
-        ``model``, ``system``, ``backend`` and ``backend_version`` default to those of the
-        roles' ``aic`` timing (all roles must agree); a configuration timed otherwise must
-        name them.
+        ``model``, ``system`` and ``backend_version`` default to those of the roles' ``aic``
+        timing (all roles must agree; a configuration timed otherwise must name them), and
+        ``backend`` to the roles' engines' (which their ``aic`` sections price).
 
         Raises:
             ConfigError: roles with different block sizes or AIC targets, or a field neither
@@ -236,6 +237,9 @@ class Candidate(StrictModel):
                 for v in view.roles.values()
                 if isinstance(v.timing, AicTiming)
             }
+            if key == "backend":  # the engines' own, which their aic sections price
+                aic_key = "backend"
+                found = {(v.engine_path, v.engine.backend) for v in view.roles.values()}
             values = {value for _, value in found}
             if len(values) != 1 or None in values:
                 where = ", ".join(f"{path}.{aic_key}={value}" for path, value in sorted(found))

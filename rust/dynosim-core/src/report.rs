@@ -30,13 +30,17 @@ pub enum RejectReason {
     PromptExceedsCache = 1,
     /// Prompt plus output needs more blocks than the whole cache: it could never finish.
     OutputExceedsCache = 2,
+    /// An engine without chunked prefill (TensorRT-LLM's chunked context off) computes a prompt
+    /// in one pass, and this one exceeds the token budget of a pass.
+    PromptExceedsPassBudget = 3,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 3] = [
+    pub const ALL: [RejectReason; 4] = [
         RejectReason::None,
         RejectReason::PromptExceedsCache,
         RejectReason::OutputExceedsCache,
+        RejectReason::PromptExceedsPassBudget,
     ];
 
     /// A stable machine name, used as the key of the summary's rejection counts.
@@ -45,6 +49,7 @@ impl RejectReason {
             RejectReason::None => "none",
             RejectReason::PromptExceedsCache => "prompt_exceeds_kv_cache",
             RejectReason::OutputExceedsCache => "prompt_plus_output_exceeds_kv_cache",
+            RejectReason::PromptExceedsPassBudget => "prompt_exceeds_pass_token_budget",
         }
     }
 }

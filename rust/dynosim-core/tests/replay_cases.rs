@@ -216,11 +216,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     /// Every request ends completed or rejected, token times are ordered, and a second run is
-    /// identical, whatever the cache pressure and batch limits.
+    /// identical, whatever the cache pressure, batch limits and engine flavour (vLLM-like, or
+    /// TensorRT-LLM-like with no-evict or max-utilization capacity).
     #[test]
     fn requests_are_conserved(rows in arb_rows(), blocks in 2u32..40, budget in 1u32..40,
                               seqs in 1u32..6, workers in 1u32..4, fifo in any::<bool>(),
-                              chunked in any::<bool>()) {
+                              chunked in any::<bool>(), flavour in 0u8..3) {
         let mut t = 0.0;
         let mut table = Vec::new();
         for &(gap, input, output, family) in &rows {
@@ -241,9 +242,24 @@ proptest! {
         if fifo {
             c.engine.preemption_mode = Some(dynosim_core::config::PreemptionMode::Fifo);
         }
+        if flavour > 0 {
+            use dynosim_core::config::{Backend, CapacityScheduler};
+            c.engine.backend = Backend::Trtllm;
+            c.engine.max_num_batched_tokens = None;
+            c.engine.enable_chunked_prefill = None;
+            c.engine.preemption_mode = None;
+            c.engine.max_num_tokens = Some(budget);
+            c.engine.enable_chunked_context = Some(chunked);
+            if flavour == 2 {
+                c.engine.capacity_scheduler = Some(CapacityScheduler::MaxUtilization);
+            }
+        }
         let r = rows.replay(&c);
         let s = &r.summary;
         prop_assert_eq!(s.completed_requests + s.rejected_requests, s.num_requests);
+        if flavour == 1 {
+            prop_assert_eq!(s.num_preemptions, 0, "no-evict never preempts");
+        }
         for i in 0..rows.arrival.len() {
             let rec = &r.records;
             if rec.status[i] == Status::Completed as u8 {

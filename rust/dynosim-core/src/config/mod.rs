@@ -176,15 +176,48 @@ impl SimConfig {
         Ok(())
     }
 
-    /// AIC's tables are for one layout: an `aic` timing section must have the TP and DP of the
-    /// engine it times, in every role that runs it.
+    /// AIC's tables are for one layout and one serving engine: an `aic` timing section must
+    /// have the TP and DP of the engine it times, in every role that runs it, and price that
+    /// engine's backend (its own `backend`, when set, is the engine's; unset, it follows the
+    /// engine, so the roles sharing it must run one backend).
     fn validate_aic_layouts(&self) -> Result<()> {
+        let mut followed: Option<(&str, &str, Backend)> = None;
         for (role, _) in self.roles() {
             let (engine, timing) = self.role(role);
             let TimingConfig::Aic(aic) = timing else {
                 continue;
             };
             let (engine_path, timing_path) = self.role_paths(role);
+            match aic.backend {
+                Some(b) if b != engine.backend => {
+                    return Err(SimError::config(
+                        &format!("{timing_path}.backend"),
+                        format!(
+                            "{} differs from {engine_path}.backend={}; the engine simulated and \
+                             the engine AIC's data measured are one, set both to the same value \
+                             (or leave {timing_path}.backend unset to follow the engine)",
+                            b.name(),
+                            engine.backend.name()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => match followed {
+                    Some((timing, path, b)) if timing == timing_path && b != engine.backend => {
+                        return Err(SimError::config(
+                            &format!("{timing_path}.backend"),
+                            format!(
+                                "unset, so it follows the engine it times, but {path}.backend={} \
+                                 and {engine_path}.backend={} differ; set it, or give each role \
+                                 its own timing",
+                                b.name(),
+                                engine.backend.name()
+                            ),
+                        ));
+                    }
+                    _ => followed = Some((timing_path, engine_path, engine.backend)),
+                },
+            }
             for (name, ours, engine_name, theirs) in [
                 (
                     "tp",
@@ -478,6 +511,39 @@ mod tests {
         let err = SimConfig::from_json(&disagg).unwrap_err().to_string();
         assert!(
             err.contains("differs from decode.engine.tensor_parallel_size=4"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn aic_timing_prices_the_backend_of_the_engine_it_times() {
+        let aic = r#"{"model": "aic", "model_name": "Qwen/Qwen3-32B", "system": "h200_sxm""#;
+        let with = |engine: &str, backend: &str| {
+            SimConfig::from_json(&format!(
+                r#"{{"engine": {{{engine}}}, "timing": {aic}{backend}}}}}"#
+            ))
+        };
+        // Unset, it follows the engine; set, it must be the engine's.
+        with(r#""backend": "trtllm""#, "").unwrap();
+        with(r#""backend": "trtllm""#, r#", "backend": "trtllm""#).unwrap();
+        let err = with("", r#", "backend": "trtllm""#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timing.backend: trtllm differs from engine.backend=vllm; the engine simulated and \
+             the engine AIC's data measured are one, set both to the same value (or leave \
+             timing.backend unset to follow the engine)"
+        );
+        // A shared section follows one engine: roles with two backends need their own.
+        let err = SimConfig::from_json(&format!(
+            r#"{{"cluster": {{"mode": "disaggregated"}}, "timing": {aic}}},
+                "decode": {{"engine": {{"backend": "trtllm"}}}}}}"#
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "timing.backend: unset, so it follows the engine it times, but \
+                 engine.backend=vllm and decode.engine.backend=trtllm differ"
+            ),
             "{err}"
         );
     }

@@ -91,8 +91,10 @@ pub struct AicTiming {
     pub model_name: String,
     /// AIConfigurator system name, e.g. `h200_sxm`.
     pub system: String,
-    #[serde(default = "AicTiming::default_backend")]
-    pub backend: Backend,
+    /// The serving engine whose measurements price the passes; unset: the timed engine's
+    /// `backend` (set, it must be that one).
+    #[serde(default)]
+    pub backend: Option<Backend>,
     /// Version of the backend in AIC's database; unset: AIC's current one for the system.
     #[serde(default)]
     pub backend_version: Option<String>,
@@ -110,10 +112,6 @@ pub struct AicTiming {
 }
 
 impl AicTiming {
-    fn default_backend() -> Backend {
-        Backend::Trtllm
-    }
-
     fn one() -> u32 {
         1
     }
@@ -121,7 +119,7 @@ impl AicTiming {
     /// The fields a section may leave out, with their values, as JSON.
     pub fn defaults_json() -> serde_json::Value {
         serde_json::json!({
-            "backend": Self::default_backend(),
+            "backend": null,
             "backend_version": null,
             "tp": Self::one(),
             "dp": Self::one(),

@@ -2,6 +2,7 @@
 //! engine it models (`engine.backend`): what every flavour offers the replay loop (`Engine`),
 //! and the flavours themselves, one per file.
 
+mod trtllm;
 pub mod vllm;
 
 use std::sync::Arc;
@@ -96,6 +97,8 @@ pub trait Engine {
 #[derive(Debug, Clone)]
 pub enum Scheduler {
     Vllm(VllmScheduler),
+    /// The TensorRT-LLM-like flavour plans passes its own way over the vLLM-like bookkeeping.
+    Trtllm(VllmScheduler),
 }
 
 impl Scheduler {
@@ -111,6 +114,9 @@ impl Scheduler {
             Backend::Vllm => Ok(Scheduler::Vllm(VllmScheduler::new(
                 role, config, timer, ids,
             ))),
+            Backend::Trtllm => Ok(Scheduler::Trtllm(VllmScheduler::new(
+                role, config, timer, ids,
+            ))),
             other => Err(SimError::config(
                 "engine.backend",
                 format!("the {} engine flavour is not simulated yet", other.name()),
@@ -124,7 +130,7 @@ impl std::ops::Deref for Scheduler {
 
     fn deref(&self) -> &Self::Target {
         match self {
-            Scheduler::Vllm(s) => s,
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s,
         }
     }
 }
@@ -132,7 +138,7 @@ impl std::ops::Deref for Scheduler {
 impl std::ops::DerefMut for Scheduler {
     fn deref_mut(&mut self) -> &mut Self::Target {
         match self {
-            Scheduler::Vllm(s) => s,
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s,
         }
     }
 }

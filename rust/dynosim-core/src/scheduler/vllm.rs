@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds};
-use crate::config::{EngineConfig, PreemptionMode, Role};
+use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
 use crate::scheduler::Engine;
@@ -14,41 +14,41 @@ use crate::workload::Workload;
 
 /// A request inside one worker.
 #[derive(Debug, Clone, Default)]
-struct Seq {
-    request: u32,
-    prompt: u32,
-    output: u32,
+pub(super) struct Seq {
+    pub(super) request: u32,
+    pub(super) prompt: u32,
+    pub(super) output: u32,
     /// Tokens emitted so far.
-    generated: u32,
+    pub(super) generated: u32,
     /// Tokens whose KV is in the cache.
-    computed: u32,
+    pub(super) computed: u32,
     /// Still computing its prompt (or recomputing after preemption).
-    prefilling: bool,
+    pub(super) prefilling: bool,
     /// Cached blocks held, in block order.
-    slots: Vec<u32>,
+    pub(super) slots: Vec<u32>,
     /// Blocks held without an identity.
-    private: u32,
+    pub(super) private: u32,
     /// Prompt blocks already looked up or named.
-    named: u32,
-    in_pass: bool,
+    pub(super) named: u32,
+    pub(super) in_pass: bool,
     /// Tokens scheduled in the current pass.
-    pass_tokens: u32,
-    admitted_once: bool,
-    finished: bool,
+    pub(super) pass_tokens: u32,
+    pub(super) admitted_once: bool,
+    pub(super) finished: bool,
     /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
     /// from what G1 still holds).
-    tier_checked: bool,
-    last_token_ms: f64,
+    pub(super) tier_checked: bool,
+    pub(super) last_token_ms: f64,
 }
 
 impl Seq {
     /// Tokens that must have KV before the next token can be emitted: the prompt plus every
     /// token emitted so far (after preemption they are all recomputed).
-    fn target(&self) -> u32 {
+    pub(super) fn target(&self) -> u32 {
         self.prompt + self.generated
     }
 
-    fn held(&self) -> u32 {
+    pub(super) fn held(&self) -> u32 {
         self.slots.len() as u32 + self.private
     }
 
@@ -84,58 +84,95 @@ impl Seq {
     }
 }
 
-/// The engine settings a vLLM-like rank reads, defaults filled in.
-#[derive(Debug, Clone)]
-struct Limits {
-    block_size: u32,
-    num_gpu_blocks: u32,
-    max_num_seqs: u32,
-    max_num_batched_tokens: u32,
-    enable_chunked_prefill: bool,
-    preemption_mode: PreemptionMode,
+/// How a rank plans its passes: by the vLLM-like rules, or by the TensorRT-LLM-like ones, which
+/// share the rest of this rank's bookkeeping (queue, blocks, transfers, tiers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Planner {
+    Vllm(PreemptionMode),
+    Trtllm(CapacityScheduler),
 }
 
-/// The vLLM-like engine of one rank.
+/// The engine settings a rank reads, defaults filled in.
+#[derive(Debug, Clone)]
+pub(super) struct Limits {
+    pub(super) block_size: u32,
+    pub(super) num_gpu_blocks: u32,
+    pub(super) max_num_seqs: u32,
+    /// Token budget of one pass (TensorRT-LLM's max_num_tokens).
+    pub(super) max_num_batched_tokens: u32,
+    /// Chunked prefill (TensorRT-LLM's chunked context).
+    pub(super) enable_chunked_prefill: bool,
+    pub(super) planner: Planner,
+}
+
+/// A waiting request's admission as planned: its cached prefix (`hit`, `cached` tokens), the
+/// tokens it computes in the pass, and the new blocks for them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Head {
+    pub(super) hit: PrefixHit,
+    pub(super) cached: u32,
+    pub(super) tokens: u32,
+    pub(super) need: u32,
+}
+
+/// The vLLM-like engine of one rank (the TensorRT-LLM-like flavour plans its passes over the
+/// same bookkeeping).
 #[derive(Debug, Clone)]
 pub struct VllmScheduler {
-    role: Role,
-    config: Limits,
-    cache: KvCache,
+    pub(super) role: Role,
+    pub(super) config: Limits,
+    pub(super) cache: KvCache,
     /// Prompt block identities of every request at this rank's block size.
-    ids: Arc<BlockIds>,
-    timer: StepTimer,
-    seqs: Vec<Seq>,
-    spare: Vec<u32>,
-    waiting: VecDeque<u32>,
-    running: Vec<u32>,
-    in_pass: Vec<u32>,
+    pub(super) ids: Arc<BlockIds>,
+    pub(super) timer: StepTimer,
+    pub(super) seqs: Vec<Seq>,
+    pub(super) spare: Vec<u32>,
+    pub(super) waiting: VecDeque<u32>,
+    pub(super) running: Vec<u32>,
+    pub(super) in_pass: Vec<u32>,
     /// Prefill role: requests whose prompt is done, holding their KV for the transfer.
-    handoffs: Vec<(u32, u32)>,
+    pub(super) handoffs: Vec<(u32, u32)>,
     /// Prefill role: handed-off requests whose blocks are not released yet.
-    held_for_transfer: u32,
+    pub(super) held_for_transfer: u32,
     /// Decode role: requests holding reserved blocks while their KV arrives.
-    receiving: u32,
+    pub(super) receiving: u32,
+    /// Decode role, TensorRT-LLM's no-evict: blocks the receiving requests set aside for their
+    /// completion beyond those they hold.
+    pub(super) receiving_reserved: u64,
     /// Offload tiers: requests holding blocks while their prefix comes up from G2/G3.
-    onboarding: u32,
+    pub(super) onboarding: u32,
     /// Blocks the waiting requests will need for the tokens they still have to compute: the
     /// load a cache-aware router sees besides the active blocks.
-    waiting_blocks: u64,
-    busy: bool,
-    passes: u64,
-    preemptions: u64,
+    pub(super) waiting_blocks: u64,
+    /// Scratch: the order running requests are planned in (TensorRT-LLM-like flavour).
+    pub(super) order: Vec<u32>,
+    pub(super) busy: bool,
+    pub(super) passes: u64,
+    pub(super) preemptions: u64,
 }
 
 impl VllmScheduler {
     /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`).
     pub fn new(role: Role, config: &EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
-        let vllm = config.vllm();
+        let (max_num_batched_tokens, enable_chunked_prefill, planner) = match config.backend {
+            Backend::Trtllm => {
+                let t = config.trtllm();
+                let planner = Planner::Trtllm(t.capacity_scheduler);
+                (t.max_num_tokens, t.enable_chunked_context, planner)
+            }
+            _ => {
+                let v = config.vllm();
+                let planner = Planner::Vllm(v.preemption_mode);
+                (v.max_num_batched_tokens, v.enable_chunked_prefill, planner)
+            }
+        };
         let config = Limits {
             block_size: config.block_size(),
             num_gpu_blocks: config.num_gpu_blocks,
             max_num_seqs: config.max_num_seqs,
-            max_num_batched_tokens: vllm.max_num_batched_tokens,
-            enable_chunked_prefill: vllm.enable_chunked_prefill,
-            preemption_mode: vllm.preemption_mode,
+            max_num_batched_tokens,
+            enable_chunked_prefill,
+            planner,
         };
         debug_assert_eq!(ids.block_size(), config.block_size);
         VllmScheduler {
@@ -153,20 +190,22 @@ impl VllmScheduler {
             held_for_transfer: 0,
             receiving: 0,
             onboarding: 0,
+            receiving_reserved: 0,
             waiting_blocks: 0,
+            order: Vec::new(),
             busy: false,
             passes: 0,
             preemptions: 0,
         }
     }
 
-    fn blocks_for(&self, tokens: u64) -> u64 {
+    pub(super) fn blocks_for(&self, tokens: u64) -> u64 {
         tokens.div_ceil(u64::from(self.config.block_size))
     }
 
     /// Blocks to add so `held` blocks hold `tokens` tokens. Decodes cross a block boundary once
     /// per `block_size` tokens, so the division is skipped on the common path.
-    fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
+    pub(super) fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
         if u64::from(tokens) <= u64::from(held) * u64::from(self.config.block_size) {
             0
         } else {
@@ -271,7 +310,27 @@ impl VllmScheduler {
 
     /// Release running request `running[vi]` and send it back to the front of the queue to be
     /// recomputed.
-    fn preempt(&mut self, vi: usize, records: &mut Records) {
+    /// 0 when the blocks of a request's last token count toward what it must be able to hold
+    /// (TensorRT-LLM's no-evict reservation: prompt plus maximum output), else 1 (the last
+    /// token's KV is never written).
+    fn last_token_kv(&self) -> u64 {
+        u64::from(!self.no_evict())
+    }
+
+    /// Whether admissions set aside every request's blocks to completion (TensorRT-LLM's
+    /// `guaranteed_no_evict`): then whatever else takes blocks must leave those free too.
+    fn no_evict(&self) -> bool {
+        self.config.planner == Planner::Trtllm(CapacityScheduler::GuaranteedNoEvict)
+    }
+
+    /// Whether a prompt must be computed in one pass, never more than the pass's budget
+    /// (TensorRT-LLM without chunked context). vLLM without chunked prefill runs a longer prompt
+    /// in a pass of its own instead.
+    fn whole_contexts(&self) -> bool {
+        matches!(self.config.planner, Planner::Trtllm(_)) && !self.config.enable_chunked_prefill
+    }
+
+    pub(super) fn preempt(&mut self, vi: usize, records: &mut Records) {
         let id = self.running.remove(vi);
         let seq = &mut self.seqs[id as usize];
         debug_assert!(!seq.in_pass, "victims are not scheduled in this pass yet");
@@ -289,13 +348,13 @@ impl VllmScheduler {
     /// Sequence slots taken toward `max_num_seqs`, the one count every admission checks:
     /// running requests, and those holding blocks while their KV arrives from a prefill worker
     /// or comes up from the offload tiers (each joins the running batch next).
-    fn seqs_in_use(&self) -> usize {
+    pub(super) fn seqs_in_use(&self) -> usize {
         self.running.len() + self.receiving as usize + self.onboarding as usize
     }
 
     /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
     /// blocks so later requests can share them.
-    fn schedule(&mut self, id: u32, n: u32, need: u32) {
+    pub(super) fn schedule(&mut self, id: u32, n: u32, need: u32) {
         if need > 0 {
             self.cache.allocate(need);
         }
@@ -308,21 +367,158 @@ impl VllmScheduler {
         seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
         self.in_pass.push(id);
     }
+
+    /// Plan a pass by the vLLM-like rules: running requests spend the token budget first, in
+    /// admission order, preempting on a block shortage; then waiting requests are admitted FIFO
+    /// while slots, budget and blocks allow.
+    fn plan_vllm(&mut self, mode: PreemptionMode, now: f64, records: &mut Records) {
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let seq = &self.seqs[id as usize];
+            let n = (seq.target() - seq.computed).min(budget);
+            let need = self.new_blocks(seq.computed + n, seq.held());
+            let mut preempted_self = false;
+            while self.cache.available() < need {
+                // Victims are admitted after the request that needs the block (later in
+                // `running`), else it yields itself: the oldest running request is never
+                // preempted for a younger one, so it always progresses. (Preempting the oldest
+                // outright livelocks under recompute: found by a property test.)
+                let vi = match mode {
+                    PreemptionMode::Lifo => self.running.len() - 1,
+                    PreemptionMode::Fifo => (i + 1).min(self.running.len() - 1),
+                };
+                let victim = self.running[vi];
+                self.preempt(vi, records);
+                preempted = true;
+                if victim == id {
+                    preempted_self = true;
+                    break;
+                }
+            }
+            if preempted_self {
+                // vLLM stops scheduling running requests here; Dynamo's mocker goes on with the
+                // next one, and so does this.
+                continue;
+            }
+            self.schedule(id, n, need);
+            budget -= n;
+            i += 1;
+        }
+        // vLLM admits no waiting request in a step that preempted (nor does Dynamo's mocker):
+        // the victims would only be admitted again.
+        while let Some(&id) = self.waiting.front().filter(|_| !preempted) {
+            if self.seqs_in_use() >= self.config.max_num_seqs as usize || budget == 0 {
+                break;
+            }
+            let Some(head) = self.head_chunk(id, budget) else {
+                break;
+            };
+            if self.cache.available() < head.hit.inactive + head.need {
+                break;
+            }
+            self.admit(id, head, now, records);
+            budget = budget.saturating_sub(head.tokens);
+        }
+    }
+
+    /// What admitting waiting request `id` would take with `budget` tokens left in the pass: its
+    /// cached prefix, the tokens it computes (the rest of its prompt, or a chunk of it), and the
+    /// new blocks for them; `None` when the pass has no room for it (an unchunked prompt larger
+    /// than the budget runs alone, rather than never).
+    pub(super) fn head_chunk(&self, id: u32, budget: u32) -> Option<Head> {
+        let seq = &self.seqs[id as usize];
+        let hit = self.cache.lookup(self.ids.of(seq.request as usize));
+        let target = seq.target();
+        let cached = (hit.blocks * self.config.block_size).min(target);
+        let remaining = target - cached;
+        let tokens = if remaining <= budget {
+            remaining
+        } else if self.config.enable_chunked_prefill {
+            budget
+        } else if self.in_pass.is_empty() {
+            remaining
+        } else {
+            return None;
+        };
+        let need = self.new_blocks(cached + tokens, hit.blocks);
+        Some(Head {
+            hit,
+            cached,
+            tokens,
+            need,
+        })
+    }
+
+    /// Admit waiting request `id` (the queue's head) at `now` as `head` describes: take its
+    /// cached prefix and schedule its first tokens in this pass.
+    pub(super) fn admit(&mut self, id: u32, head: Head, now: f64, records: &mut Records) {
+        let popped = self.waiting.pop_front();
+        debug_assert_eq!(popped, Some(id));
+        let target = self.seqs[id as usize].target();
+        self.waiting_blocks -= self.blocks_for(u64::from(target));
+        let seq = &mut self.seqs[id as usize];
+        for &block in &self.ids.of(seq.request as usize)[..head.hit.blocks as usize] {
+            seq.slots.push(self.cache.acquire(block));
+        }
+        seq.named = head.hit.blocks;
+        seq.computed = head.cached;
+        if !seq.admitted_once {
+            seq.admitted_once = true;
+            let r = seq.request as usize;
+            records.first_admit_ms[r] = now;
+            records.reused_tokens[r] = head.cached;
+        }
+        self.schedule(id, head.tokens, head.need);
+        self.running.push(id);
+    }
+
+    /// Start the pass planned in `in_pass`: its duration (ms), or `None` when it is empty.
+    fn launch(&mut self) -> Option<f64> {
+        if self.in_pass.is_empty() {
+            return None;
+        }
+        let mut shape = PassShape::default();
+        for &id in &self.in_pass {
+            let seq = &self.seqs[id as usize];
+            if seq.prefilling {
+                // The chunk attends over what the prompt already holds: a cached prefix and
+                // its earlier chunks.
+                shape.add_chunk(seq.pass_tokens, seq.computed - seq.pass_tokens);
+            } else {
+                shape.decode_requests += 1;
+                shape.decode_kv_tokens += u64::from(seq.computed);
+            }
+        }
+        self.busy = true;
+        self.passes += 1;
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        Some(self.timer.pass_ms(&shape))
+    }
 }
 
 impl Engine for VllmScheduler {
     /// Why a request of `prompt` and `output` tokens can never be served by this worker, if it
     /// cannot: its prompt plus one token, or (unless it only prefills here) everything it must
-    /// hold at its last token, exceeds the whole cache.
+    /// hold at its last token, exceeds the whole cache; or its prompt must be computed in one
+    /// pass and exceeds the pass's token budget.
     fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
         let capacity = u64::from(self.config.num_gpu_blocks);
         let prompt = u64::from(prompt);
         if self.blocks_for(prompt + 1) > capacity {
             Some(RejectReason::PromptExceedsCache)
         } else if self.role != Role::Prefill
-            && self.blocks_for(prompt + u64::from(output) - 1) > capacity
+            && self.blocks_for(prompt + u64::from(output) - self.last_token_kv()) > capacity
         {
             Some(RejectReason::OutputExceedsCache)
+        } else if self.whole_contexts()
+            && self.role != Role::Decode
+            && prompt > u64::from(self.config.max_num_batched_tokens)
+        {
+            Some(RejectReason::PromptExceedsPassBudget)
         } else {
             None
         }
@@ -417,9 +613,13 @@ impl Engine for VllmScheduler {
 
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
     /// private blocks for the following prompt blocks that come up from G2/G3 (as
-    /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now.
+    /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now
+    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside).
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
         if self.cache.available() < hit.inactive + blocks {
+            return false;
+        }
+        if self.no_evict() && u64::from(hit.inactive + blocks) > self.unreserved_blocks() {
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -461,9 +661,17 @@ impl Engine for VllmScheduler {
         if self.cache.available() < hit.inactive + need {
             return None;
         }
+        let no_evict = self.no_evict();
+        let (prompt, output) = (workload.input_length[i], workload.output_length[i]);
+        if no_evict && !self.fits_to_completion(prompt, output, hit.blocks, hit.inactive) {
+            return None;
+        }
         let id = self.new_seq(workload, i);
         self.seqs[id as usize].hold(&mut self.cache, self.ids.of(i), hit, need);
         self.receiving += 1;
+        if no_evict {
+            self.receiving_reserved += self.blocks_to_completion(id);
+        }
         Some((id, hit.blocks * self.config.block_size))
     }
 
@@ -478,6 +686,9 @@ impl Engine for VllmScheduler {
         records: &mut Records,
     ) {
         self.receiving -= 1;
+        if self.no_evict() {
+            self.receiving_reserved -= self.blocks_to_completion(handle);
+        }
         let bs = self.config.block_size;
         let seq = &mut self.seqs[handle as usize];
         seq.computed = seq.prompt;
@@ -559,105 +770,11 @@ impl Engine for VllmScheduler {
     /// duration (ms), or `None` when nothing could be scheduled.
     fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
-        let mut budget = self.config.max_num_batched_tokens;
-        let mut preempted = false;
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let id = self.running[i];
-            let seq = &self.seqs[id as usize];
-            let n = (seq.target() - seq.computed).min(budget);
-            let need = self.new_blocks(seq.computed + n, seq.held());
-            let mut preempted_self = false;
-            while self.cache.available() < need {
-                // Victims are admitted after the request that needs the block (later in
-                // `running`), else it yields itself: the oldest running request is never
-                // preempted for a younger one, so it always progresses. (Preempting the oldest
-                // outright livelocks under recompute: found by a property test.)
-                let vi = match self.config.preemption_mode {
-                    PreemptionMode::Lifo => self.running.len() - 1,
-                    PreemptionMode::Fifo => (i + 1).min(self.running.len() - 1),
-                };
-                let victim = self.running[vi];
-                self.preempt(vi, records);
-                preempted = true;
-                if victim == id {
-                    preempted_self = true;
-                    break;
-                }
-            }
-            if preempted_self {
-                // vLLM stops scheduling running requests here; Dynamo's mocker goes on with the
-                // next one, and so does this.
-                continue;
-            }
-            self.schedule(id, n, need);
-            budget -= n;
-            i += 1;
+        match self.config.planner {
+            Planner::Vllm(mode) => self.plan_vllm(mode, now, records),
+            Planner::Trtllm(capacity) => self.plan_trtllm(capacity, now, records),
         }
-        // vLLM admits no waiting request in a step that preempted (nor does Dynamo's mocker):
-        // the victims would only be admitted again.
-        while let Some(&id) = self.waiting.front().filter(|_| !preempted) {
-            if self.seqs_in_use() >= self.config.max_num_seqs as usize || budget == 0 {
-                break;
-            }
-            let seq = &self.seqs[id as usize];
-            let ids = self.ids.of(seq.request as usize);
-            let hit = self.cache.lookup(ids);
-            let target = seq.target();
-            let cached = (hit.blocks * self.config.block_size).min(target);
-            let remaining = target - cached;
-            let n = if remaining <= budget {
-                remaining
-            } else if self.config.enable_chunked_prefill {
-                budget
-            } else if self.in_pass.is_empty() {
-                // An unchunked prompt larger than the budget runs alone rather than never.
-                remaining
-            } else {
-                break;
-            };
-            let need = self.new_blocks(cached + n, hit.blocks);
-            if self.cache.available() < hit.inactive + need {
-                break;
-            }
-            self.waiting.pop_front();
-            self.waiting_blocks -= self.blocks_for(u64::from(target));
-            let seq = &mut self.seqs[id as usize];
-            for &block in &ids[..hit.blocks as usize] {
-                seq.slots.push(self.cache.acquire(block));
-            }
-            seq.named = hit.blocks;
-            seq.computed = cached;
-            if !seq.admitted_once {
-                seq.admitted_once = true;
-                let r = seq.request as usize;
-                records.first_admit_ms[r] = now;
-                records.reused_tokens[r] = cached;
-            }
-            self.schedule(id, n, need);
-            self.running.push(id);
-            budget = budget.saturating_sub(n);
-        }
-        if self.in_pass.is_empty() {
-            return None;
-        }
-        let mut shape = PassShape::default();
-        for &id in &self.in_pass {
-            let seq = &self.seqs[id as usize];
-            if seq.prefilling {
-                // The chunk attends over what the prompt already holds: a cached prefix and
-                // its earlier chunks.
-                shape.add_chunk(seq.pass_tokens, seq.computed - seq.pass_tokens);
-            } else {
-                shape.decode_requests += 1;
-                shape.decode_kv_tokens += u64::from(seq.computed);
-            }
-        }
-        self.busy = true;
-        self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
-        Some(self.timer.pass_ms(&shape))
+        self.launch()
     }
 
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass

@@ -16,7 +16,7 @@ use crate::error::{Result, SimError};
 pub use cluster::{ClusterConfig, RouterMode, ServingMode};
 pub use engine::{EngineConfig, PreemptionMode};
 pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, TransferSizing};
-pub use offload::OffloadConfig;
+pub use offload::{Duplex, OffloadConfig, OffloadWrites};
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
 pub use timing::{

@@ -116,7 +116,7 @@ fn run(
             tiers.pop_finished(now, &mut onboarded)?;
             for &o in &onboarded {
                 cluster.events += 1;
-                cluster.onboard_done(o, now, &mut records);
+                cluster.onboard_done(o, now, &mut records)?;
             }
         }
         dispatcher.starts(now, &mut to_send);
@@ -274,7 +274,7 @@ mod tests {
             block_size in 2u32..24,
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
-            (fifo, line_rate, first_decode_pass) in any::<(bool, bool, bool)>(),
+            (fifo, line_rate, first_decode_pass, missing) in any::<(bool, bool, bool, bool)>(),
             tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<bool>())),
         ) {
             let tbs = 32;
@@ -322,13 +322,15 @@ mod tests {
             let preemption = if fifo { "fifo" } else { "lifo" };
             let link = if line_rate { "line_rate" } else { "max_min" };
             let first_token = if first_decode_pass { "first_decode_pass" } else { "kv_arrival" };
+            let sizing = if missing { "destination_missing" } else { "full_prompt" };
             let config = SimConfig::from_json(&format!(
                 r#"{{"cluster":{{{mode},"router":"{router}"{closed}}},
                     "engine":{{"block_size":{block_size},"num_gpu_blocks":{num_gpu_blocks},
                                "max_num_batched_tokens":256,"data_parallel_size":{dp},
                                "max_num_seqs":{max_num_seqs},"preemption_mode":"{preemption}"}},
                     "kv_transfer":{{"kv_bytes_per_token":100000,"bandwidth_gbps":1,
-                                    "link_model":"{link}","first_token":"{first_token}"}},
+                                    "link_model":"{link}","first_token":"{first_token}",
+                                    "sizing":"{sizing}"}},
                     "report":{{"sample_interval_ms":50}}{offload}}}"#
             ))
             .unwrap();

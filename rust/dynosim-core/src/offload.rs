@@ -20,8 +20,6 @@
 //! G1->G2 (writes), the PCIe link being full duplex; per G3 pool one link that reads and writes
 //! share (`g3_duplex: half`), or one per direction (`full`).
 
-use rustc_hash::FxHashMap;
-
 use crate::block_ids::BlockId;
 use crate::config::{Duplex, OffloadConfig, OffloadWrites, SimConfig};
 use crate::error::{Result, SimError};
@@ -118,7 +116,8 @@ pub struct TierTotals {
 struct Batch {
     /// Index into `Tiers::landing`.
     pool: u32,
-    blocks: Vec<BlockId>,
+    /// The pool slots its blocks took.
+    slots: Vec<u32>,
     waiters: Vec<u32>,
 }
 
@@ -154,8 +153,10 @@ pub struct Tiers {
     duplex: Duplex,
     /// Per-flow caps of G3 reads and writes on a half-duplex link.
     g3_caps: (Option<f64>, Option<f64>),
-    /// Per pool (G2 of each rank, then each G3 pool), the batch of each block still in flight to it.
-    landing: Vec<FxHashMap<BlockId, u32>>,
+    /// Per pool (G2 of each rank, then each G3 pool) and slot, the batch (plus one) whose copy
+    /// of the slot's block is in flight, or 0. A slot taken by a new block gets its batch, so a
+    /// mark never outlives its block's tenure except on a free slot (cleared when it lands).
+    landing: Vec<Vec<u32>>,
     batches: Vec<Batch>,
     spare_batches: Vec<u32>,
     onboards: Vec<Onboard>,
@@ -164,7 +165,6 @@ pub struct Tiers {
     flows: Vec<FlowInfo>,
     done: Vec<FlowId>,
     scratch: Vec<BlockId>,
-    fresh: Vec<BlockId>,
     counters: [TierCounters; 2],
 }
 
@@ -223,7 +223,18 @@ impl Tiers {
             costed: o.writes == OffloadWrites::Flows,
             duplex: o.g3_duplex,
             g3_caps,
-            landing: vec![FxHashMap::default(); n + m],
+            landing: (0..n + m)
+                .map(|p| {
+                    vec![
+                        0;
+                        if p < n {
+                            g2_blocks
+                        } else {
+                            o.g3_blocks.unwrap_or(0)
+                        } as usize
+                    ]
+                })
+                .collect(),
             g3,
             batches: Vec::new(),
             spare_batches: Vec::new(),
@@ -232,7 +243,6 @@ impl Tiers {
             flows: Vec::new(),
             done: Vec::new(),
             scratch: Vec::new(),
-            fresh: Vec::new(),
             counters: Default::default(),
         }))
     }
@@ -291,20 +301,11 @@ impl Tiers {
         Ok(())
     }
 
-    /// Insert `ids` into `cache` (least recent first), pushing the new ones onto `fresh`.
-    fn insert(cache: &mut KvCache, ids: &[BlockId], fresh: &mut Vec<BlockId>) {
-        fresh.clear();
-        for id in ids {
-            let one = std::slice::from_ref(id);
-            if cache.lookup(one).blocks == 0 {
-                fresh.push(*id);
-            }
-            cache.insert_or_touch_all(one);
-        }
-    }
-
-    /// Copy `self.fresh` (new to pool `pool`) down `lane` at `now`: one flow over `links`, the
-    /// blocks in flight until it lands.
+    /// Copy `ids` (least recent first) down `lane` into pool `pool` (`cache`) from `rank` at
+    /// `now`: those new to it take their room at once and travel as one flow over `links`,
+    /// hits there once it lands (at once with free copies); those it holds are made most
+    /// recent. Returns how many were new.
+    #[allow(clippy::too_many_arguments)]
     fn copy_down(
         &mut self,
         now: f64,
@@ -313,13 +314,19 @@ impl Tiers {
         lane: Lane,
         links: &[usize],
         cap: Option<f64>,
-    ) -> Result<()> {
+        ids: &[BlockId],
+    ) -> Result<u32> {
         let side = self.side(rank);
-        let bytes = self.fresh.len() as f64 * self.block_bytes[rank];
+        let cache = if pool < self.num_ranks {
+            &mut self.g2[pool]
+        } else {
+            &mut self.g3[pool - self.num_ranks]
+        };
         if !self.costed {
-            let stats = &mut self.counters[side].lanes[lane as usize];
-            stats.bytes += bytes;
-            return Ok(());
+            let moved = cache.insert_or_touch_all(ids);
+            self.counters[side].lanes[lane as usize].bytes +=
+                f64::from(moved) * self.block_bytes[rank];
+            return Ok(moved);
         }
         let b = match self.spare_batches.pop() {
             Some(b) => b,
@@ -330,10 +337,15 @@ impl Tiers {
         };
         let batch = &mut self.batches[b as usize];
         batch.pool = pool as u32;
-        batch.blocks.clear();
-        batch.blocks.extend_from_slice(&self.fresh);
-        for &id in &self.fresh {
-            self.landing[pool].insert(id, b);
+        batch.slots.clear();
+        let marks = &mut self.landing[pool];
+        let moved = cache.insert_or_touch_each(ids, |_, slot| {
+            marks[slot as usize] = b + 1;
+            batch.slots.push(slot);
+        });
+        if moved == 0 {
+            self.spare_batches.push(b);
+            return Ok(0);
         }
         let info = FlowInfo {
             owner: Owner::Offload(b),
@@ -341,50 +353,35 @@ impl Tiers {
             side: side as u8,
             start_ms: now,
         };
-        self.start_flow(now, links, bytes, cap, info)
+        let bytes = f64::from(moved) * self.block_bytes[rank];
+        self.start_flow(now, links, bytes, cap, info)?;
+        Ok(moved)
     }
 
     /// Offload at `now` the blocks G1 of `rank` evicted (`evicted`, least recent first): new
     /// ones to G2, and what that pushes out of G2 to G3.
     pub fn offload(&mut self, now: f64, rank: usize, evicted: &[BlockId]) -> Result<()> {
-        let mut fresh = std::mem::take(&mut self.fresh);
-        Self::insert(&mut self.g2[rank], evicted, &mut fresh);
-        self.fresh = fresh;
         let side = self.side(rank);
         let bb = self.block_bytes[rank];
-        let moved = self.fresh.len();
-        self.counters[side].offloaded_g2_blocks += moved as u64;
-        self.counters[side].offload_bytes += moved as f64 * bb;
-        if moved > 0 {
-            let link = self.write12(rank);
-            self.copy_down(now, rank, rank, Lane::OffloadG2, &[link], None)?;
-        }
+        let link = self.write12(rank);
+        let moved = self.copy_down(now, rank, rank, Lane::OffloadG2, &[link], None, evicted)?;
+        self.counters[side].offloaded_g2_blocks += u64::from(moved);
+        self.counters[side].offload_bytes += f64::from(moved) * bb;
         if !self.g2[rank].has_evicted() {
             return Ok(());
         }
         let mut pushed = std::mem::take(&mut self.scratch);
         pushed.clear();
         self.g2[rank].drain_evicted_into(&mut pushed);
-        // Pushed out of G2: no longer landing there.
-        for id in &pushed {
-            self.landing[rank].remove(id);
-        }
         if self.g3.is_empty() {
             self.counters[side].dropped_blocks += pushed.len() as u64;
         } else {
             let g = self.g3_index(rank);
-            let mut fresh = std::mem::take(&mut self.fresh);
-            Self::insert(&mut self.g3[g], &pushed, &mut fresh);
-            self.fresh = fresh;
-            let moved = self.fresh.len();
-            self.counters[side].offloaded_g3_blocks += moved as u64;
-            self.counters[side].offload_bytes += moved as f64 * bb;
-            if moved > 0 {
-                let link = self.write23(g);
-                let cap = self.g3_caps.1;
-                let pool = self.num_ranks + g;
-                self.copy_down(now, rank, pool, Lane::OffloadG3, &[link], cap)?;
-            }
+            let (link, cap, pool) = (self.write23(g), self.g3_caps.1, self.num_ranks + g);
+            let lane = Lane::OffloadG3;
+            let moved = self.copy_down(now, rank, pool, lane, &[link], cap, &pushed)?;
+            self.counters[side].offloaded_g3_blocks += u64::from(moved);
+            self.counters[side].offload_bytes += f64::from(moved) * bb;
         }
         self.scratch = pushed;
         Ok(())
@@ -441,8 +438,17 @@ impl Tiers {
         };
         let mut waits = 0;
         for (pool, ids) in [(rank, g2), (self.num_ranks + g, g3)] {
-            for id in ids {
-                if let Some(&b) = self.landing[pool].get(id) {
+            if ids.is_empty() {
+                continue;
+            }
+            let cache = if pool < self.num_ranks {
+                &self.g2[pool]
+            } else {
+                &self.g3[g]
+            };
+            for &id in ids {
+                let slot = cache.slot(id).expect("a hit is cached");
+                if let Some(b) = self.landing[pool][slot as usize].checked_sub(1) {
                     let waiters = &mut self.batches[b as usize].waiters;
                     if waiters.last() != Some(&k) {
                         waiters.push(k);
@@ -534,10 +540,11 @@ impl Tiers {
     /// Batch `b` landed at `now`: its blocks are hits in their pool (those still named by it).
     fn land(&mut self, now: f64, b: u32) -> Result<()> {
         let mut batch = std::mem::take(&mut self.batches[b as usize]);
-        let landing = &mut self.landing[batch.pool as usize];
-        for id in &batch.blocks {
-            if landing.get(id) == Some(&b) {
-                landing.remove(id);
+        let marks = &mut self.landing[batch.pool as usize];
+        for &slot in &batch.slots {
+            // A slot since taken by a block of another copy keeps that copy's mark.
+            if marks[slot as usize] == b + 1 {
+                marks[slot as usize] = 0;
             }
         }
         for &k in &batch.waiters {

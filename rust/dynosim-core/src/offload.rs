@@ -23,7 +23,7 @@
 use crate::block_ids::BlockId;
 use crate::config::{Duplex, OffloadConfig, OffloadWrites, SimConfig};
 use crate::error::{Result, SimError};
-use crate::kv_cache::KvCache;
+use crate::kv::KvCache;
 use crate::links::{FlowId, LinkNetwork};
 use crate::transfer::gbps_to_bytes_per_ms;
 

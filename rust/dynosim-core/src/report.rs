@@ -457,7 +457,7 @@ impl Report {
                 ServingMode::Aggregated => (Role::Aggregated, None),
                 ServingMode::Disaggregated => (Role::Prefill, Some(Role::Decode)),
             };
-            let block = |role| u64::from(config.role(role).0.block_size);
+            let block = |role| u64::from(config.role(role).0.block_size());
             let onboarded: Vec<usize> = (0..n)
                 .filter(|&i| !records.onboard_end_ms[i].is_nan())
                 .collect();

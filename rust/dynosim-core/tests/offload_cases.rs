@@ -45,7 +45,7 @@ fn phases(push_to_g3: &[bool]) -> Rows {
 fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimConfig {
     let mut c = SimConfig::default();
     c.cluster.num_workers = workers;
-    c.engine.block_size = BLOCK as u32;
+    c.engine.block_size = Some(BLOCK as u32);
     c.engine.num_gpu_blocks = 5;
     c.timing = TimingConfig::Fixed(FixedTiming {
         prefill_ms: 10.0,
@@ -350,10 +350,10 @@ fn a_decode_worker_receives_only_the_blocks_its_tiers_lack() {
     c.cluster.mode = ServingMode::Disaggregated;
     c.cluster.num_prefill_workers = 1;
     c.cluster.num_decode_workers = 1;
-    c.engine.block_size = 64;
+    c.engine.block_size = Some(64);
     c.engine.num_gpu_blocks = 8;
     c.prefill.engine = Some(EngineConfig {
-        block_size: 128,
+        block_size: Some(128),
         num_gpu_blocks: 64,
         ..c.engine.clone()
     });

@@ -109,6 +109,10 @@ pub struct TierTotals {
     /// Blocks evicted from G3 and lost, all ranks.
     pub g3_dropped_blocks: u64,
     pub rate_recomputations: u64,
+    /// Per `Lane`, the bytes its flows moved over the capacity of its links (all ranks or
+    /// pools) for the replay's duration; on a half-duplex G3 link the two G3 lanes add up to
+    /// the link's use. Free copies count their bytes too.
+    pub link_utilization: [f64; 4],
 }
 
 /// Blocks copied down by one flow, and the onboards waiting for it.
@@ -153,6 +157,8 @@ pub struct Tiers {
     duplex: Duplex,
     /// Per-flow caps of G3 reads and writes on a half-duplex link.
     g3_caps: (Option<f64>, Option<f64>),
+    /// Per `Lane`, the bytes per ms of all its links together.
+    lane_capacity: [f64; 4],
     /// Per pool (G2 of each rank, then each G3 pool) and slot, the batch (plus one) whose copy
     /// of the slot's block is in flight, or 0. A slot taken by a new block gets its batch, so a
     /// mark never outlives its block's tenure except on a free slot (cleared when it lands).
@@ -210,7 +216,18 @@ impl Tiers {
                 (None, None)
             }
         };
+        let (ranks, pools) = (n as f64, m as f64);
+        let g3_rates = match o.g3_duplex {
+            Duplex::Half => (o.g2_g3_gbps, o.g2_g3_gbps),
+            Duplex::Full => (read23, write23),
+        };
+        let mut lane_capacity = [0.0; 4];
+        lane_capacity[Lane::OffloadG2 as usize] = ranks * gbps_to_bytes_per_ms(write12);
+        lane_capacity[Lane::OffloadG3 as usize] = pools * gbps_to_bytes_per_ms(g3_rates.1);
+        lane_capacity[Lane::OnboardG2 as usize] = ranks * gbps_to_bytes_per_ms(read12);
+        lane_capacity[Lane::OnboardG3 as usize] = pools * gbps_to_bytes_per_ms(g3_rates.0);
         Ok(Some(Tiers {
+            lane_capacity,
             g2,
             net: LinkNetwork::new(caps)?,
             num_ranks: n,
@@ -587,14 +604,25 @@ impl Tiers {
         self.counters[self.side(rank)].onboards_skipped += 1;
     }
 
-    /// The counters, with the blocks dropped from G3 and the rate solves filled in.
-    pub fn finish(&self) -> TierTotals {
+    /// The counters after `duration_ms` of replay, with the blocks dropped from G3, the rate
+    /// solves and the links' use filled in.
+    pub fn finish(&self, duration_ms: f64) -> TierTotals {
         let [queueing, decode] = self.counters.clone();
+        let link_utilization = std::array::from_fn(|lane| {
+            let bytes = queueing.lanes[lane].bytes + decode.lanes[lane].bytes;
+            let capacity = self.lane_capacity[lane] * duration_ms;
+            if capacity > 0.0 {
+                bytes / capacity
+            } else {
+                0.0
+            }
+        });
         TierTotals {
             queueing,
             decode,
             g3_dropped_blocks: self.g3.iter().map(KvCache::evictions).sum(),
             rate_recomputations: self.net.recomputations(),
+            link_utilization,
         }
     }
 }
@@ -684,7 +712,7 @@ mod tests {
         let ends = onboard_ends(&mut t);
         assert_eq!(ends.len(), 1);
         assert!((ends[0].1 - 32.0).abs() < 1e-9, "{ends:?}");
-        let c = &t.finish().queueing;
+        let c = &t.finish(0.0).queueing;
         assert_eq!((c.onboards, c.onboards_delayed), (1, 1));
         assert!((c.offload_wait_ms - 6.0).abs() < 1e-9);
         let down = c.lanes[Lane::OffloadG3 as usize];
@@ -719,7 +747,7 @@ mod tests {
         t.start_onboard(40.0, 1, 0, 3, None, &[], &[1]).unwrap();
         let ends = onboard_ends(&mut t);
         assert!((ends[0].1 - 56.0).abs() < 1e-9, "{ends:?}");
-        assert_eq!(t.finish().queueing.onboards_delayed, 0);
+        assert_eq!(t.finish(0.0).queueing.onboards_delayed, 0);
     }
 
     #[test]
@@ -733,7 +761,7 @@ mod tests {
         t.offload(0.0, 0, &[1, 2]).unwrap();
         assert_eq!(t.next_finish_ms().unwrap(), None);
         t.start_onboard(0.0, 0, 0, 9, None, &[2], &[1]).unwrap();
-        let c = &t.finish().queueing;
+        let c = &t.finish(0.0).queueing;
         assert_eq!(c.onboards_delayed, 0);
         // Bytes counted, no flow.
         assert_eq!(c.lanes[Lane::OffloadG2 as usize].flows, 0);

@@ -273,6 +273,9 @@ pub struct OffloadSummary {
     pub dropped_blocks: u64,
     /// Max-min rate solves of the tier links.
     pub rate_recomputations: u64,
+    /// Per tier and direction, bytes moved (both roles) over the capacity of its links for
+    /// the replay; on a half-duplex G3 link `g2_to_g3` and `g3_to_g1` add up to its use.
+    pub link_utilization: TierLinkUse,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode: Option<TierRoleSummary>,
 }
@@ -322,6 +325,15 @@ pub struct TierFlows {
     pub g2_to_g3: LaneSummary,
     pub g2_to_g1: LaneSummary,
     pub g3_to_g1: LaneSummary,
+}
+
+/// A fraction of link capacity per tier and direction.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierLinkUse {
+    pub g1_to_g2: f64,
+    pub g2_to_g3: f64,
+    pub g2_to_g1: f64,
+    pub g3_to_g1: f64,
 }
 
 /// What the flows of one tier and direction moved: flows (0 for free offloads), bytes, and the
@@ -482,6 +494,12 @@ impl Report {
                 ),
                 dropped_blocks: t.queueing.dropped_blocks + d.dropped_blocks + t.g3_dropped_blocks,
                 rate_recomputations: t.rate_recomputations,
+                link_utilization: TierLinkUse {
+                    g1_to_g2: t.link_utilization[Lane::OffloadG2 as usize],
+                    g2_to_g3: t.link_utilization[Lane::OffloadG3 as usize],
+                    g2_to_g1: t.link_utilization[Lane::OnboardG2 as usize],
+                    g3_to_g1: t.link_utilization[Lane::OnboardG3 as usize],
+                },
                 decode: decode.map(|role| {
                     TierRoleSummary::of(d, d.hit_blocks, block(role), d.onboards, None)
                 }),

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::config::SimConfig;
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
-use crate::offload::{Onboard, Tiers};
+use crate::offload::Onboard;
 use crate::prepared::PreparedWorkload;
 use crate::report::{Counters, Records, Report, Status};
 use crate::workload::Workload;
@@ -217,7 +217,7 @@ fn run(
     counters.events = cluster.events;
     counters.rate_recomputations = cluster.transport.recomputations();
     counters.link_utilization = cluster.transport.utilization(now);
-    counters.tiers = cluster.tiers.as_ref().map(Tiers::finish);
+    counters.tiers = cluster.tiers.as_ref().map(|t| t.finish(now));
     Ok(Report::build(
         records,
         sampler.series,

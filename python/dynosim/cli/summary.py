@@ -74,8 +74,8 @@ def render_summary(report: Report, source: str) -> Any:
         u = o["link_utilization"]
         rows.append(
             (
-                "tier link use G1->G2 / G2->G3 / G2->G1 / G3->G1",
-                " / ".join(_fmt(u[k], 3) for k in ("g1_to_g2", "g2_to_g3", "g2_to_g1", "g3_to_g1")),
+                "tier link use G1->G2 / G2->G1 / G2->G3 / G3->G2",
+                " / ".join(_fmt(u[k], 3) for k in ("g1_to_g2", "g2_to_g1", "g2_to_g3", "g3_to_g2")),
             )
         )
         rows.append(

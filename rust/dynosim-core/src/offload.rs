@@ -69,7 +69,9 @@ pub enum Lane {
 pub struct LaneStats {
     pub flows: u64,
     pub bytes: f64,
-    /// Sum over flows of start to landing (ms); 0 for free offloads.
+    /// Flows that landed before the replay ended, and the sum of their durations, start to
+    /// landing (ms); 0 for free copies.
+    pub landed: u64,
     pub flow_ms: f64,
 }
 
@@ -109,9 +111,10 @@ pub struct TierTotals {
     /// Blocks evicted from G3 and lost, all ranks.
     pub g3_dropped_blocks: u64,
     pub rate_recomputations: u64,
-    /// Per `Lane`, the bytes its flows moved over the capacity of its links (all ranks or
-    /// pools) for the replay's duration; on a half-duplex G3 link the two G3 lanes add up to
-    /// the link's use. Free copies count their bytes too.
+    /// Bytes the tier links delivered over their capacity for the replay's duration, averaged
+    /// over the links of each kind: G1->G2, G2->G1 (G2 hits and G3 hits staging through G2),
+    /// G2->G3, G3->G2 (with a half-duplex G3 link the last two are its one shared use). 0 with
+    /// free copies for the copies' directions.
     pub link_utilization: [f64; 4],
 }
 
@@ -147,6 +150,8 @@ pub struct Tiers {
     /// Empty (no G3), one shared pool, or one per rank.
     g3: Vec<KvCache>,
     net: LinkNetwork,
+    /// Bytes per ms of each link of `net`.
+    capacity: Vec<f64>,
     num_ranks: usize,
     /// Ranks from here on are decode ranks (their counters are kept apart).
     first_decode_rank: usize,
@@ -157,8 +162,7 @@ pub struct Tiers {
     duplex: Duplex,
     /// Per-flow caps of G3 reads and writes on a half-duplex link.
     g3_caps: (Option<f64>, Option<f64>),
-    /// Per `Lane`, the bytes per ms of all its links together.
-    lane_capacity: [f64; 4],
+
     /// Per pool (G2 of each rank, then each G3 pool) and slot, the batch (plus one) whose copy
     /// of the slot's block is in flight, or 0. A slot taken by a new block gets its batch, so a
     /// mark never outlives its block's tenure except on a free slot (cleared when it lands).
@@ -216,20 +220,10 @@ impl Tiers {
                 (None, None)
             }
         };
-        let (ranks, pools) = (n as f64, m as f64);
-        let g3_rates = match o.g3_duplex {
-            Duplex::Half => (o.g2_g3_gbps, o.g2_g3_gbps),
-            Duplex::Full => (read23, write23),
-        };
-        let mut lane_capacity = [0.0; 4];
-        lane_capacity[Lane::OffloadG2 as usize] = ranks * gbps_to_bytes_per_ms(write12);
-        lane_capacity[Lane::OffloadG3 as usize] = pools * gbps_to_bytes_per_ms(g3_rates.1);
-        lane_capacity[Lane::OnboardG2 as usize] = ranks * gbps_to_bytes_per_ms(read12);
-        lane_capacity[Lane::OnboardG3 as usize] = pools * gbps_to_bytes_per_ms(g3_rates.0);
         Ok(Some(Tiers {
-            lane_capacity,
             g2,
-            net: LinkNetwork::new(caps)?,
+            net: LinkNetwork::new(caps.clone())?,
+            capacity: caps,
             num_ranks: n,
             first_decode_rank,
             block_bytes: block_sizes
@@ -536,8 +530,9 @@ impl Tiers {
         self.net.pop_finished_into(now, &mut done)?;
         for f in &done {
             let info = self.flows[f.0 as usize];
-            self.counters[usize::from(info.side)].lanes[info.lane as usize].flow_ms +=
-                now - info.start_ms;
+            let lane = &mut self.counters[usize::from(info.side)].lanes[info.lane as usize];
+            lane.landed += 1;
+            lane.flow_ms += now - info.start_ms;
             match info.owner {
                 Owner::Onboard(k) => {
                     let o = &mut self.onboards[k as usize];
@@ -604,19 +599,29 @@ impl Tiers {
         self.counters[self.side(rank)].onboards_skipped += 1;
     }
 
+    /// Mean used fraction of `links` over `duration_ms`.
+    fn utilization(&self, links: std::ops::Range<usize>, duration_ms: f64) -> f64 {
+        let capacity: f64 = self.capacity[links.clone()].iter().sum::<f64>() * duration_ms;
+        let bytes: f64 = links.map(|l| self.net.link_bytes(l)).sum();
+        if capacity > 0.0 {
+            bytes / capacity
+        } else {
+            0.0
+        }
+    }
+
     /// The counters after `duration_ms` of replay, with the blocks dropped from G3, the rate
     /// solves and the links' use filled in.
     pub fn finish(&self, duration_ms: f64) -> TierTotals {
         let [queueing, decode] = self.counters.clone();
-        let link_utilization = std::array::from_fn(|lane| {
-            let bytes = queueing.lanes[lane].bytes + decode.lanes[lane].bytes;
-            let capacity = self.lane_capacity[lane] * duration_ms;
-            if capacity > 0.0 {
-                bytes / capacity
-            } else {
-                0.0
-            }
-        });
+        let (n, m) = (self.num_ranks, self.g3.len());
+        let reads23 = self.read23(0)..self.read23(0) + m;
+        let writes23 = self.write23(0)..self.write23(0) + m;
+        let mut link_utilization = [0.0; 4];
+        link_utilization[Lane::OffloadG2 as usize] = self.utilization(n..2 * n, duration_ms);
+        link_utilization[Lane::OnboardG2 as usize] = self.utilization(0..n, duration_ms);
+        link_utilization[Lane::OffloadG3 as usize] = self.utilization(writes23, duration_ms);
+        link_utilization[Lane::OnboardG3 as usize] = self.utilization(reads23, duration_ms);
         TierTotals {
             queueing,
             decode,

@@ -273,8 +273,7 @@ pub struct OffloadSummary {
     pub dropped_blocks: u64,
     /// Max-min rate solves of the tier links.
     pub rate_recomputations: u64,
-    /// Per tier and direction, bytes moved (both roles) over the capacity of its links for
-    /// the replay; on a half-duplex G3 link `g2_to_g3` and `g3_to_g1` add up to its use.
+    /// The tier links' use over the replay, each kind's mean over its links.
     pub link_utilization: TierLinkUse,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode: Option<TierRoleSummary>,
@@ -327,21 +326,26 @@ pub struct TierFlows {
     pub g3_to_g1: LaneSummary,
 }
 
-/// A fraction of link capacity per tier and direction.
+/// Bytes the tier links delivered over their capacity for the replay, averaged over the links
+/// of each kind (0 for copies down when they are free).
 #[derive(Debug, Clone, Serialize)]
 pub struct TierLinkUse {
     pub g1_to_g2: f64,
-    pub g2_to_g3: f64,
+    /// Carries G2 hits, and G3 hits staging through G2.
     pub g2_to_g1: f64,
-    pub g3_to_g1: f64,
+    /// With a half-duplex G3 link, `g2_to_g3` and `g3_to_g2` are both its one shared use.
+    pub g2_to_g3: f64,
+    pub g3_to_g2: f64,
 }
 
-/// What the flows of one tier and direction moved: flows (0 for free offloads), bytes, and the
+/// What the flows of one tier and direction moved: flows started (0 for free copies), bytes,
+/// and of the flows that landed before the replay ended (its last request), how many and the
 /// sum and mean of their durations (start to landing, ms).
 #[derive(Debug, Clone, Serialize)]
 pub struct LaneSummary {
     pub flows: u64,
     pub bytes: f64,
+    pub landed: u64,
     pub flow_ms: f64,
     pub mean_flow_ms: f64,
 }
@@ -352,7 +356,8 @@ impl LaneSummary {
             flows: s.flows,
             bytes: s.bytes,
             flow_ms: s.flow_ms,
-            mean_flow_ms: ratio(s.flow_ms, s.flows as f64),
+            landed: s.landed,
+            mean_flow_ms: ratio(s.flow_ms, s.landed as f64),
         }
     }
 }
@@ -498,7 +503,7 @@ impl Report {
                     g1_to_g2: t.link_utilization[Lane::OffloadG2 as usize],
                     g2_to_g3: t.link_utilization[Lane::OffloadG3 as usize],
                     g2_to_g1: t.link_utilization[Lane::OnboardG2 as usize],
-                    g3_to_g1: t.link_utilization[Lane::OnboardG3 as usize],
+                    g3_to_g2: t.link_utilization[Lane::OnboardG3 as usize],
                 },
                 decode: decode.map(|role| {
                     TierRoleSummary::of(d, d.hit_blocks, block(role), d.onboards, None)

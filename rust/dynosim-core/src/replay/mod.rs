@@ -93,6 +93,11 @@ fn run(
     let mut started = false;
 
     loop {
+        // Once every request has ended only copies down to the tiers can be in flight, and
+        // their landing changes no request: the replay ends with its last request.
+        if started && records.finished == workload.len() {
+            break;
+        }
         let next = [
             dispatcher.next_start_ms(),
             queue.peek_time(),

@@ -164,3 +164,8 @@ def test_a_copy_still_in_flight_delays_the_onboard():
     assert report.summary["duration_ms"] == 238.0
     assert o["link_utilization"]["g1_to_g2"] == pytest.approx(218 / 238)
     assert "decode" not in o
+    # Recomputing blocks in flight instead: C's hit ends at a1 and it prefills at once.
+    again = dynosim.replay(evicted_prefix(), tiny(g1_g2_write_gbps=0.25, in_flight="recompute"))
+    o = again.summary["offload"]
+    assert (o["hits_cut_by_copies"], o["blocks_lost_to_copies"], o["num_onboards"]) == (1, 2, 0)
+    assert again.requests["ttft_ms"][3] == 10.0

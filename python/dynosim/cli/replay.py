@@ -107,6 +107,11 @@ def add_parser(sub: Any) -> None:
         help="G3 reads and writes share one capacity (half, default) or have one each",
     )
     o.add_argument(
+        "--in-flight",
+        choices=["wait", "recompute"],
+        help="blocks whose copy down is in flight: wait and onboard (default) or recompute",
+    )
+    o.add_argument(
         "--offload-writes",
         choices=["flows", "free"],
         help="offloads are flows that take time (default) or free",
@@ -153,6 +158,7 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
         ("g2_g3_write_gbps", "offload", "g2_g3_write_gbps"),
         ("g3_duplex", "offload", "g3_duplex"),
         ("offload_writes", "offload", "writes"),
+        ("in_flight", "offload", "in_flight"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -456,6 +456,12 @@ class OffloadConfig(_Settings):
         "half: a G3 link's reads and writes share one capacity (a storage service); full: one "
         "capacity per direction.",
     )
+    in_flight: Literal["wait", "recompute"] = _default(
+        "offload",
+        "in_flight",
+        "A request finding prompt blocks whose copy down is still in flight: wait for it and "
+        "onboard them, or recompute them (a tier offers a block once its copy has landed).",
+    )
     writes: Literal["flows", "free"] = _default(
         "offload",
         "writes",

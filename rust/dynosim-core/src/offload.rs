@@ -21,7 +21,7 @@
 //! share (`g3_duplex: half`), or one per direction (`full`).
 
 use crate::block_ids::BlockId;
-use crate::config::{Duplex, OffloadConfig, OffloadWrites, SimConfig};
+use crate::config::{Duplex, InFlight, OffloadConfig, OffloadWrites, SimConfig};
 use crate::error::{Result, SimError};
 use crate::kv::KvCache;
 use crate::links::{FlowId, LinkNetwork};
@@ -95,6 +95,10 @@ pub struct TierCounters {
     /// Decode ranks: prompt blocks found in G1, G2, G3 when KV is reserved (queueing ranks keep
     /// theirs per request).
     pub hit_blocks: [u64; 3],
+    /// With `in_flight: recompute`, lookups whose hit a copy still in flight cut short, and
+    /// the blocks they lost.
+    pub hits_cut_by_copies: u64,
+    pub blocks_lost_to_copies: u64,
     /// Onboards that waited for offload copies still in flight, and the sum of their waits (ms).
     pub onboards_delayed: u64,
     pub offload_wait_ms: f64,
@@ -159,6 +163,8 @@ pub struct Tiers {
     block_bytes: Vec<f64>,
     shared: bool,
     costed: bool,
+    /// Blocks in flight down are misses (`in_flight: recompute`).
+    landed_only: bool,
     duplex: Duplex,
     /// Per-flow caps of G3 reads and writes on a half-duplex link.
     g3_caps: (Option<f64>, Option<f64>),
@@ -232,6 +238,7 @@ impl Tiers {
                 .collect(),
             shared: m == 1,
             costed: o.writes == OffloadWrites::Flows,
+            landed_only: o.in_flight == InFlight::Recompute,
             duplex: o.g3_duplex,
             g3_caps,
             landing: (0..n + m)
@@ -399,13 +406,35 @@ impl Tiers {
     }
 
     /// Of `ids` (the prompt blocks after the G1 prefix hit), how many leading ones G2 of
-    /// `rank` holds, and how many of the following ones G3 holds (landed or in flight).
-    pub fn lookup(&self, rank: usize, ids: &[BlockId]) -> (u32, u32) {
-        let k2 = self.g2[rank].lookup(ids).blocks;
-        let k3 = match self.g3.get(self.g3_index(rank)) {
+    /// `rank` holds, and how many of the following ones G3 holds: landed or in flight, or with
+    /// `in_flight: recompute` landed only (the hit ends at the first block in flight).
+    pub fn lookup(&mut self, rank: usize, ids: &[BlockId]) -> (u32, u32) {
+        let g = self.g3_index(rank);
+        let mut k2 = self.g2[rank].lookup(ids).blocks;
+        let mut k3 = match self.g3.get(g) {
             Some(g3) => g3.lookup(&ids[k2 as usize..]).blocks,
             None => 0,
         };
+        if self.landed_only && k2 + k3 > 0 {
+            let found = k2 + k3;
+            let landed = |cache: &KvCache, marks: &[u32], ids: &[BlockId]| {
+                let slot = |id| cache.slot(id).expect("a hit is cached") as usize;
+                ids.iter().take_while(|&&id| marks[slot(id)] == 0).count() as u32
+            };
+            let l2 = landed(&self.g2[rank], &self.landing[rank], &ids[..k2 as usize]);
+            if l2 < k2 {
+                (k2, k3) = (l2, 0);
+            } else if k3 > 0 {
+                let pool = self.num_ranks + g;
+                let in_g3 = &ids[k2 as usize..(k2 + k3) as usize];
+                k3 = landed(&self.g3[g], &self.landing[pool], in_g3);
+            }
+            if k2 + k3 < found {
+                let c = &mut self.counters[self.side(rank)];
+                c.hits_cut_by_copies += 1;
+                c.blocks_lost_to_copies += u64::from(found - k2 - k3);
+            }
+        }
         (k2, k3)
     }
 

@@ -301,6 +301,10 @@ pub struct TierRoleSummary {
     pub onboards_delayed: u64,
     pub delayed_onboard_share: f64,
     pub offload_wait_ms_mean: f64,
+    /// With `in_flight: recompute`: lookups whose hit a copy still in flight cut short, and
+    /// the blocks they lost (recomputed instead).
+    pub hits_cut_by_copies: u64,
+    pub blocks_lost_to_copies: u64,
     /// Blocks copied down (G1 -> G2, G2 -> G3) and up (G2 -> G1, G3 -> G2 -> G1), and lost
     /// for want of a G3.
     pub offloaded_blocks: u64,
@@ -395,6 +399,8 @@ impl TierRoleSummary {
             onboards_delayed: t.onboards_delayed,
             delayed_onboard_share: ratio(t.onboards_delayed as f64, t.onboards as f64),
             offload_wait_ms_mean: ratio(t.offload_wait_ms, t.onboards_delayed as f64),
+            hits_cut_by_copies: t.hits_cut_by_copies,
+            blocks_lost_to_copies: t.blocks_lost_to_copies,
             offloaded_blocks: t.offloaded_g2_blocks + t.offloaded_g3_blocks,
             offloaded_g2_blocks: t.offloaded_g2_blocks,
             offloaded_g3_blocks: t.offloaded_g3_blocks,

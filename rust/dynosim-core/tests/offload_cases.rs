@@ -10,7 +10,7 @@
 //! small G2 sends A's blocks on to G3; C at 100 ms: [a1 a2 a3 c4], whose first three blocks
 //! come back from G1/G2/G3 before its prefill.
 
-use dynosim_core::config::{Duplex, FixedTiming, OffloadWrites, TimingConfig};
+use dynosim_core::config::{Duplex, FixedTiming, InFlight, OffloadWrites, TimingConfig};
 use dynosim_core::links::{FlowId, LinkNetwork};
 use dynosim_core::{Report, SimConfig};
 
@@ -307,7 +307,18 @@ fn copies_down_in_flight_delay_the_onboard() {
     let down = &o.flows.g1_to_g2;
     assert_eq!((down.flows, down.landed), (3, 1));
     assert!((down.mean_flow_ms - 176.0).abs() < 1e-9);
+    // Recomputing what is in flight: C's hit ends at a1 (a2 a3 are misses), it prefills at
+    // once: 10 ms.
+    cfg.offload.in_flight = InFlight::Recompute;
+    let recompute = phases(&[false]).replay(&cfg);
+    assert_eq!(recompute.records.g2_hit_blocks[c], 0);
+    assert!(recompute.records.onboard_start_ms[c].is_nan());
+    assert_eq!(recompute.derived.ttft_ms[c], 10.0);
+    let o = &recompute.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!((o.hits_cut_by_copies, o.blocks_lost_to_copies), (1, 2));
+    assert_eq!((o.num_onboards, o.onboards_delayed), (0, 0));
     // Free copies down: C onboards at once (132 ms), as `evicted_prefix_is_onboarded_from_g2`.
+    cfg.offload.in_flight = InFlight::Wait;
     cfg.offload.writes = OffloadWrites::Free;
     let free = phases(&[false]).replay(&cfg);
     assert_eq!(free.records.onboard_end_ms[c], 132.0);

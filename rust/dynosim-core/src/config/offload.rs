@@ -26,6 +26,18 @@ pub enum OffloadWrites {
     Free,
 }
 
+/// What a request does with prompt blocks whose copy down to a tier is still in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlight {
+    /// Waits for the copy to land, then onboards the block.
+    Wait,
+    /// Counts the block as a miss and recomputes it (and every block after it): a tier offers
+    /// a block only once its copy has landed, as KVBM registers a block in a pool, and LMCache
+    /// lists a key, only once it is stored.
+    Recompute,
+}
+
 /// KV offload tiers: blocks evicted from a rank's GPU cache (G1) are copied to its G2, blocks
 /// evicted from G2 to G3; a prefix found there is copied back up before the request is admitted.
 /// No G2 size: no tiers, and the replay is exactly the G1-only one.
@@ -53,6 +65,8 @@ pub struct OffloadConfig {
     pub g3_duplex: Duplex,
     /// Whether offloads are flows that take time and bandwidth (`flows`) or free (`free`).
     pub writes: OffloadWrites,
+    /// A request finding prompt blocks still in flight down: `wait` for them or `recompute`.
+    pub in_flight: InFlight,
 }
 
 impl Default for OffloadConfig {
@@ -69,6 +83,7 @@ impl Default for OffloadConfig {
             g2_g3_write_gbps: None,
             g3_duplex: Duplex::Half,
             writes: OffloadWrites::Flows,
+            in_flight: InFlight::Wait,
         }
     }
 }

@@ -280,7 +280,7 @@ mod tests {
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
             (fifo, line_rate, first_decode_pass, missing) in any::<(bool, bool, bool, bool)>(),
-            tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<bool>())),
+            tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<(bool, bool)>())),
         ) {
             let tbs = 32;
             let (mut arrival, mut input, mut output) = (vec![], vec![], vec![]);
@@ -313,9 +313,11 @@ mod tests {
                 session: with_sessions.then_some(&session[..]),
                 delay_ms: with_sessions.then_some(&delay[..]),
             };
-            let offload = tiers.map_or(String::new(), |(g2, g3, shared)| {
+            let offload = tiers.map_or(String::new(), |(g2, g3, (shared, recompute))| {
                 let g3 = g3.map_or(String::new(), |g3| format!(r#","g3_blocks":{g3},"g3_shared":{shared}"#));
-                format!(r#","offload":{{"g2_blocks":{g2}{g3},"g1_g2_gbps":0.01,"g2_g3_gbps":0.005}}"#)
+                let in_flight = if recompute { "recompute" } else { "wait" };
+                format!(r#","offload":{{"g2_blocks":{g2}{g3},"g1_g2_gbps":0.01,"g2_g3_gbps":0.005,
+                            "in_flight":"{in_flight}"}}"#)
             });
             let closed = concurrency.map_or(String::new(), |c| format!(r#","concurrency":{c}"#));
             let mode = if disaggregated {

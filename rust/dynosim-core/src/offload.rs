@@ -3,7 +3,10 @@
 //!
 //! Each tier is a `KvCache` used as an LRU set of block identities. The blocks one G1 eviction
 //! sends down are copied to G2 as one flow (one batch, as Dynamo's KVBM batches its offloads), and
-//! what that pushes out of G2 is copied to G3 as another; what G3 pushes out is dropped. A block
+//! what that pushes out of G2 is copied to G3 as another; what G3 pushes out is dropped. Each
+//! rank copies one batch at a time per direction, the others queued in order (an engine's
+//! offload queue): a read of a tier shares its link with the copies in flight, not with the
+//! whole backlog. A block
 //! takes its room in the lower tier when its copy starts, and is a hit there once the copy lands;
 //! one pushed out of G2 before its copy landed goes on to G3 all the same (it streams through host
 //! memory). A block a lower tier already holds is only made most recent there (no bytes move).
@@ -130,6 +133,10 @@ struct Batch {
     /// The pool slots its blocks took.
     slots: Vec<u32>,
     waiters: Vec<u32>,
+    /// Its rank's queue of copies down (`Tiers::queue`), its bytes, and when it was queued.
+    queue: u32,
+    bytes: f64,
+    queued_ms: f64,
 }
 
 /// What a tier flow is.
@@ -175,6 +182,11 @@ pub struct Tiers {
     landing: Vec<Vec<u32>>,
     batches: Vec<Batch>,
     spare_batches: Vec<u32>,
+    /// Per rank and direction down (G1 -> G2, then G2 -> G3), the batches waiting for the copy
+    /// in flight to land, and whether one is in flight: one copy at a time per rank and
+    /// direction, in order (an engine's offload queue, AISimulate's transfer lanes).
+    queued: Vec<std::collections::VecDeque<u32>>,
+    copying: Vec<bool>,
     onboards: Vec<Onboard>,
     spare_onboards: Vec<u32>,
     /// Per flow id.
@@ -256,6 +268,8 @@ impl Tiers {
             g3,
             batches: Vec::new(),
             spare_batches: Vec::new(),
+            queued: vec![Default::default(); 2 * n],
+            copying: vec![false; 2 * n],
             onboards: Vec::new(),
             spare_onboards: Vec::new(),
             flows: Vec::new(),
@@ -320,18 +334,15 @@ impl Tiers {
     }
 
     /// Copy `ids` (least recent first) down `lane` into pool `pool` (`cache`) from `rank` at
-    /// `now`: those new to it take their room at once and travel as one flow over `links`,
-    /// hits there once it lands (at once with free copies); those it holds are made most
-    /// recent. Returns how many were new.
-    #[allow(clippy::too_many_arguments)]
+    /// `now`: those new to it take their room at once and travel as one copy, queued behind
+    /// the rank's copies down that direction; they are hits there once it lands (at once with
+    /// free copies). Those it holds are made most recent. Returns how many were new.
     fn copy_down(
         &mut self,
         now: f64,
         rank: usize,
         pool: usize,
         lane: Lane,
-        links: &[usize],
-        cap: Option<f64>,
         ids: &[BlockId],
     ) -> Result<u32> {
         let side = self.side(rank);
@@ -365,15 +376,37 @@ impl Tiers {
             self.spare_batches.push(b);
             return Ok(0);
         }
+        let q = 2 * rank + usize::from(lane == Lane::OffloadG3);
+        batch.queue = q as u32;
+        batch.bytes = f64::from(moved) * self.block_bytes[rank];
+        batch.queued_ms = now;
+        if self.copying[q] {
+            self.queued[q].push_back(b);
+        } else {
+            self.copying[q] = true;
+            self.start_copy(now, b)?;
+        }
+        Ok(moved)
+    }
+
+    /// Start the flow of batch `b` at `now`; its time counts from when it was queued.
+    fn start_copy(&mut self, now: f64, b: u32) -> Result<()> {
+        let batch = &self.batches[b as usize];
+        let q = batch.queue as usize;
+        let rank = q / 2;
+        let (lane, link, cap) = if q % 2 == 0 {
+            (Lane::OffloadG2, self.write12(rank), None)
+        } else {
+            let link = self.write23(self.g3_index(rank));
+            (Lane::OffloadG3, link, self.g3_caps.1)
+        };
         let info = FlowInfo {
             owner: Owner::Offload(b),
             lane,
-            side: side as u8,
-            start_ms: now,
+            side: self.side(rank) as u8,
+            start_ms: batch.queued_ms,
         };
-        let bytes = f64::from(moved) * self.block_bytes[rank];
-        self.start_flow(now, links, bytes, cap, info)?;
-        Ok(moved)
+        self.start_flow(now, &[link], batch.bytes, cap, info)
     }
 
     /// Offload at `now` the blocks G1 of `rank` evicted (`evicted`, least recent first): new
@@ -381,8 +414,7 @@ impl Tiers {
     pub fn offload(&mut self, now: f64, rank: usize, evicted: &[BlockId]) -> Result<()> {
         let side = self.side(rank);
         let bb = self.block_bytes[rank];
-        let link = self.write12(rank);
-        let moved = self.copy_down(now, rank, rank, Lane::OffloadG2, &[link], None, evicted)?;
+        let moved = self.copy_down(now, rank, rank, Lane::OffloadG2, evicted)?;
         self.counters[side].offloaded_g2_blocks += u64::from(moved);
         self.counters[side].offload_bytes += f64::from(moved) * bb;
         if !self.g2[rank].has_evicted() {
@@ -395,9 +427,8 @@ impl Tiers {
             self.counters[side].dropped_blocks += pushed.len() as u64;
         } else {
             let g = self.g3_index(rank);
-            let (link, cap, pool) = (self.write23(g), self.g3_caps.1, self.num_ranks + g);
-            let lane = Lane::OffloadG3;
-            let moved = self.copy_down(now, rank, pool, lane, &[link], cap, &pushed)?;
+            let pool = self.num_ranks + g;
+            let moved = self.copy_down(now, rank, pool, Lane::OffloadG3, &pushed)?;
             self.counters[side].offloaded_g3_blocks += u64::from(moved);
             self.counters[side].offload_bytes += f64::from(moved) * bb;
         }
@@ -600,9 +631,16 @@ impl Tiers {
             }
         }
         batch.waiters.clear();
+        let q = batch.queue as usize;
         self.batches[b as usize] = batch;
         self.spare_batches.push(b);
-        Ok(())
+        match self.queued[q].pop_front() {
+            Some(next) => self.start_copy(now, next),
+            None => {
+                self.copying[q] = false;
+                Ok(())
+            }
+        }
     }
 
     /// Blocks G2 holds, all ranks.

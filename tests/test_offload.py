@@ -153,7 +153,7 @@ def test_a_copy_still_in_flight_delays_the_onboard():
     # G1->G2 writes at 0.25 GB/s: B's evictions at 20 ms (a3 a2, 32e6 bytes) still have 12e6
     # bytes to go at 100 ms; C waits 48 ms for them (the copy its own hold starts queues behind),
     # then reads them (1 GB/s) until 180 ms.
-    report = dynosim.replay(evicted_prefix(), tiny(g1_g2_write_gbps=0.25))
+    report = dynosim.replay(evicted_prefix(), tiny(g1_g2_write_gbps=0.25, in_flight="wait"))
     r = report.requests
     assert (r["onboard_start_ms"][3], r["onboard_end_ms"][3]) == (100.0, pytest.approx(180.0))
     o = report.summary["offload"]

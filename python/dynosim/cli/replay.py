@@ -109,7 +109,7 @@ def add_parser(sub: Any) -> None:
     o.add_argument(
         "--in-flight",
         choices=["wait", "recompute"],
-        help="blocks whose copy down is in flight: wait and onboard (default) or recompute",
+        help="blocks whose copy down is in flight: recompute (default) or wait and onboard",
     )
     o.add_argument(
         "--offload-writes",

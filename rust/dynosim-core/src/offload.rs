@@ -2,22 +2,21 @@
 //! (per rank, or one pool shared by the cluster), fed by evictions and read back by onboarding.
 //!
 //! Each tier is a `KvCache` used as an LRU set of block identities. The blocks one G1 eviction
-//! sends down are copied to G2 as one flow (one batch, as Dynamo's KVBM batches its offloads), and
-//! what that pushes out of G2 is copied to G3 as another; what G3 pushes out is dropped. Each
-//! rank copies one batch at a time per direction, the others queued in order (an engine's
+//! sends down are copied to G2 as one flow (one batch, as Dynamo's KVBM batches its offloads),
+//! and what that pushes out of G2 is copied to G3 as another; what G3 pushes out is dropped.
+//! Each rank copies one batch at a time per direction, the others queued in order (an engine's
 //! offload queue): a read of a tier shares its link with the copies in flight, not with the
-//! whole backlog. A block
-//! takes its room in the lower tier when its copy starts, and is a hit there once the copy lands;
-//! one pushed out of G2 before its copy landed goes on to G3 all the same (it streams through host
-//! memory). A block a lower tier already holds is only made most recent there (no bytes move).
-//! With `writes: free` copies take no time and no bandwidth.
+//! whole backlog. A block takes its room in the lower tier when its copy is queued, and is a
+//! hit there once the copy lands; one pushed out of G2 before its copy landed goes on to G3 all
+//! the same (it streams through host memory). A block a lower tier already holds is only made
+//! most recent there (no bytes move). With `writes: free` copies take no time and no bandwidth.
 //!
 //! Onboarding copies blocks up (the copy below stays): G2 hits over the rank's G2->G1 link, G3
 //! hits through G2, so their flow crosses the G3 link and the G2->G1 link at the max-min rate of
-//! both. A request whose hit includes blocks still in flight down waits for those copies to land
-//! and then onboards them: the bytes are on their way and reading them back costs less than
-//! recomputing them, and in the engines modelled (KVBM, LMCache) the GPU copy of a block being
-//! saved is kept until the save completes, so a real engine would not recompute it either.
+//! both. A hit ends at the first block still in flight down, and the request recomputes the rest
+//! (`in_flight: recompute`): KVBM offers a block only once it is registered in the lower pool,
+//! LMCache a key once it is stored. With `in_flight: wait` the request waits for those copies to
+//! land and then onboards them.
 //!
 //! Links, all on one `LinkNetwork` (the allocator of KV transfers): per rank G2->G1 (reads) and
 //! G1->G2 (writes), the PCIe link being full duplex; per G3 pool one link that reads and writes
@@ -718,6 +717,8 @@ mod tests {
         c.offload.g1_g2_gbps = 100.0;
         c.offload.g2_g3_gbps = 1.0;
         c.offload.g3_duplex = duplex;
+        // Requests wait for blocks in flight (the default recomputes them).
+        c.offload.in_flight = InFlight::Wait;
         Tiers::new(&c, &vec![16; ranks], ranks, 100)
             .unwrap()
             .unwrap()

@@ -41,7 +41,7 @@ fn phases(push_to_g3: &[bool]) -> Rows {
 }
 
 /// `workers` workers with the given tiers, G1<->G2 at 1 GB/s, G2<->G3 at 0.5 GB/s, copies down
-/// costed (flows) unless a test says otherwise.
+/// costed (flows), requests waiting for blocks in flight, unless a test says otherwise.
 fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimConfig {
     let mut c = SimConfig::default();
     c.cluster.num_workers = workers;
@@ -57,6 +57,7 @@ fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimCo
     c.offload.g3_shared = shared;
     c.offload.g1_g2_gbps = 1.0;
     c.offload.g2_g3_gbps = 0.5;
+    c.offload.in_flight = InFlight::Wait;
     c
 }
 

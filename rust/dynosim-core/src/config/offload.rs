@@ -26,7 +26,9 @@ pub enum OffloadWrites {
     Free,
 }
 
-/// What a request does with prompt blocks whose copy down to a tier is still in flight.
+/// What a request does with prompt blocks whose copy down to a tier is still in flight. The
+/// engines modelled recompute them; waiting is kept for comparison (under a write backlog it
+/// holds requests, their sequence slots and G1 blocks, behind copies they do not need).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InFlight {
@@ -65,7 +67,8 @@ pub struct OffloadConfig {
     pub g3_duplex: Duplex,
     /// Whether offloads are flows that take time and bandwidth (`flows`) or free (`free`).
     pub writes: OffloadWrites,
-    /// A request finding prompt blocks still in flight down: `wait` for them or `recompute`.
+    /// A request finding prompt blocks still in flight down: `recompute` them (the default)
+    /// or `wait` for them.
     pub in_flight: InFlight,
 }
 
@@ -83,7 +86,7 @@ impl Default for OffloadConfig {
             g2_g3_write_gbps: None,
             g3_duplex: Duplex::Half,
             writes: OffloadWrites::Flows,
-            in_flight: InFlight::Wait,
+            in_flight: InFlight::Recompute,
         }
     }
 }

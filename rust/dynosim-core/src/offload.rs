@@ -29,6 +29,9 @@ use crate::kv::KvCache;
 use crate::links::{FlowId, LinkNetwork};
 use crate::transfer::gbps_to_bytes_per_ms;
 
+/// No batch.
+const NONE: u32 = u32::MAX;
+
 /// A request held on `rank` while its blocks come up from G2/G3.
 #[derive(Debug, Clone, Copy)]
 pub struct Onboard {
@@ -127,13 +130,11 @@ pub struct TierTotals {
 /// Blocks copied down by one flow, and the onboards waiting for it.
 #[derive(Debug, Default)]
 struct Batch {
-    /// Index into `Tiers::landing`.
-    pool: u32,
-    /// The pool slots its blocks took.
-    slots: Vec<u32>,
     waiters: Vec<u32>,
-    /// Its rank's queue of copies down (`Tiers::queue`), its bytes, and when it was queued.
+    /// Its rank's queue of copies down (`Tiers::queued`), its place in it (from 1), its bytes,
+    /// and when it was queued.
     queue: u32,
+    seq: u32,
     bytes: f64,
     queued_ms: f64,
 }
@@ -175,17 +176,21 @@ pub struct Tiers {
     /// Per-flow caps of G3 reads and writes on a half-duplex link.
     g3_caps: (Option<f64>, Option<f64>),
 
-    /// Per pool (G2 of each rank, then each G3 pool) and slot, the batch (plus one) whose copy
-    /// of the slot's block is in flight, or 0. A slot taken by a new block gets its batch, so a
-    /// mark never outlives its block's tenure except on a free slot (cleared when it lands).
-    landing: Vec<Vec<u32>>,
+    /// Per pool (G2 of each rank, then each G3 pool) and slot, the copy that brought the slot's
+    /// block, as its queue (high 32 bits) and place in it, or 0: the block is in flight while
+    /// that place is after the queue's last landed one. A slot taken by a new block gets its
+    /// copy's mark; a landed copy's marks need no clearing.
+    landing: Vec<Vec<u64>>,
     batches: Vec<Batch>,
     spare_batches: Vec<u32>,
     /// Per rank and direction down (G1 -> G2, then G2 -> G3), the batches waiting for the copy
     /// in flight to land, and whether one is in flight: one copy at a time per rank and
     /// direction, in order (an engine's offload queue, AISimulate's transfer lanes).
     queued: Vec<std::collections::VecDeque<u32>>,
-    copying: Vec<bool>,
+    /// Per queue: the batch in flight (`NONE`: none), the last place given, the last landed.
+    copying: Vec<u32>,
+    last_seq: Vec<u32>,
+    landed_seq: Vec<u32>,
     onboards: Vec<Onboard>,
     spare_onboards: Vec<u32>,
     /// Per flow id.
@@ -268,7 +273,9 @@ impl Tiers {
             batches: Vec::new(),
             spare_batches: Vec::new(),
             queued: vec![Default::default(); 2 * n],
-            copying: vec![false; 2 * n],
+            copying: vec![NONE; 2 * n],
+            last_seq: vec![0; 2 * n],
+            landed_seq: vec![0; 2 * n],
             onboards: Vec::new(),
             spare_onboards: Vec::new(),
             flows: Vec::new(),
@@ -356,6 +363,15 @@ impl Tiers {
                 f64::from(moved) * self.block_bytes[rank];
             return Ok(moved);
         }
+        let q = 2 * rank + usize::from(lane == Lane::OffloadG3);
+        let seq = self.last_seq[q] + 1;
+        let mark = ((q as u64) << 32) | u64::from(seq);
+        let marks = &mut self.landing[pool];
+        let moved = cache.insert_or_touch_each(ids, |_, slot| marks[slot as usize] = mark);
+        if moved == 0 {
+            return Ok(0);
+        }
+        self.last_seq[q] = seq;
         let b = match self.spare_batches.pop() {
             Some(b) => b,
             None => {
@@ -364,26 +380,15 @@ impl Tiers {
             }
         };
         let batch = &mut self.batches[b as usize];
-        batch.pool = pool as u32;
-        batch.slots.clear();
-        let marks = &mut self.landing[pool];
-        let moved = cache.insert_or_touch_each(ids, |_, slot| {
-            marks[slot as usize] = b + 1;
-            batch.slots.push(slot);
-        });
-        if moved == 0 {
-            self.spare_batches.push(b);
-            return Ok(0);
-        }
-        let q = 2 * rank + usize::from(lane == Lane::OffloadG3);
         batch.queue = q as u32;
+        batch.seq = seq;
         batch.bytes = f64::from(moved) * self.block_bytes[rank];
         batch.queued_ms = now;
-        if self.copying[q] {
-            self.queued[q].push_back(b);
-        } else {
-            self.copying[q] = true;
+        if self.copying[q] == NONE {
+            self.copying[q] = b;
             self.start_copy(now, b)?;
+        } else {
+            self.queued[q].push_back(b);
         }
         Ok(moved)
     }
@@ -447,17 +452,16 @@ impl Tiers {
         };
         if self.landed_only && k2 + k3 > 0 {
             let found = k2 + k3;
-            let landed = |cache: &KvCache, marks: &[u32], ids: &[BlockId]| {
-                let slot = |id| cache.slot(id).expect("a hit is cached") as usize;
-                ids.iter().take_while(|&&id| marks[slot(id)] == 0).count() as u32
+            let landed = |pool: usize, ids: &[BlockId]| {
+                ids.iter()
+                    .take_while(|&&id| self.copy_in_flight(pool, id).is_none())
+                    .count() as u32
             };
-            let l2 = landed(&self.g2[rank], &self.landing[rank], &ids[..k2 as usize]);
+            let l2 = landed(rank, &ids[..k2 as usize]);
             if l2 < k2 {
                 (k2, k3) = (l2, 0);
             } else if k3 > 0 {
-                let pool = self.num_ranks + g;
-                let in_g3 = &ids[k2 as usize..(k2 + k3) as usize];
-                k3 = landed(&self.g3[g], &self.landing[pool], in_g3);
+                k3 = landed(self.num_ranks + g, &ids[k2 as usize..(k2 + k3) as usize]);
             }
             if k2 + k3 < found {
                 let c = &mut self.counters[self.side(rank)];
@@ -508,17 +512,8 @@ impl Tiers {
         };
         let mut waits = 0;
         for (pool, ids) in [(rank, g2), (self.num_ranks + g, g3)] {
-            if ids.is_empty() {
-                continue;
-            }
-            let cache = if pool < self.num_ranks {
-                &self.g2[pool]
-            } else {
-                &self.g3[g]
-            };
             for &id in ids {
-                let slot = cache.slot(id).expect("a hit is cached");
-                if let Some(b) = self.landing[pool][slot as usize].checked_sub(1) {
+                if let Some(b) = self.copy_in_flight(pool, id) {
                     let waiters = &mut self.batches[b as usize].waiters;
                     if waiters.last() != Some(&k) {
                         waiters.push(k);
@@ -608,16 +603,32 @@ impl Tiers {
         Ok(())
     }
 
-    /// Batch `b` landed at `now`: its blocks are hits in their pool (those still named by it).
+    /// The batch whose copy of block `id` (held by pool `pool`) is still in flight, if any.
+    fn copy_in_flight(&self, pool: usize, id: BlockId) -> Option<u32> {
+        let cache = if pool < self.num_ranks {
+            &self.g2[pool]
+        } else {
+            &self.g3[pool - self.num_ranks]
+        };
+        let slot = cache.slot(id).expect("a hit is cached");
+        let mark = self.landing[pool][slot as usize];
+        let (q, seq) = ((mark >> 32) as usize, mark as u32);
+        let landed = self.landed_seq[q];
+        if mark == 0 || seq <= landed {
+            return None;
+        }
+        // Copies of a queue land in order: the one after the last landed is in flight.
+        match seq - landed {
+            1 => Some(self.copying[q]),
+            k => Some(self.queued[q][k as usize - 2]),
+        }
+    }
+
+    /// Batch `b` landed at `now`: its blocks are hits in their pool (those no later copy took
+    /// the slot of).
     fn land(&mut self, now: f64, b: u32) -> Result<()> {
         let mut batch = std::mem::take(&mut self.batches[b as usize]);
-        let marks = &mut self.landing[batch.pool as usize];
-        for &slot in &batch.slots {
-            // A slot since taken by a block of another copy keeps that copy's mark.
-            if marks[slot as usize] == b + 1 {
-                marks[slot as usize] = 0;
-            }
-        }
+        self.landed_seq[batch.queue as usize] = batch.seq;
         for &k in &batch.waiters {
             let o = &mut self.onboards[k as usize];
             o.waits = o.waits.checked_sub(1).ok_or_else(|| {
@@ -634,9 +645,12 @@ impl Tiers {
         self.batches[b as usize] = batch;
         self.spare_batches.push(b);
         match self.queued[q].pop_front() {
-            Some(next) => self.start_copy(now, next),
+            Some(next) => {
+                self.copying[q] = next;
+                self.start_copy(now, next)
+            }
             None => {
-                self.copying[q] = false;
+                self.copying[q] = NONE;
                 Ok(())
             }
         }

@@ -367,7 +367,7 @@ impl Tiers {
         let seq = self.last_seq[q] + 1;
         let mark = ((q as u64) << 32) | u64::from(seq);
         let marks = &mut self.landing[pool];
-        let moved = cache.insert_or_touch_each(ids, |_, slot| marks[slot as usize] = mark);
+        let moved = cache.insert_or_touch_each(ids, |slot| marks[slot as usize] = mark);
         if moved == 0 {
             return Ok(0);
         }

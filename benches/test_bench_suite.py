@@ -5,7 +5,8 @@ the trace load, all at the trace's own pace):
 * the same clusters with arrivals 4x faster (Dynamo's offline_replay_bench default), which
   overloads them: KV evictions, preemptions and many concurrent transfers;
 * table timing (grids sampled from the polynomial model);
-* KV offload tiers (G2, G2+G3, a shared G3) against the same replay without them;
+* KV offload tiers (G2, G2+G3, a shared G3) against the same replay without them, and
+  against the same tiers with free copies down (``writes: free``);
 * the canonical JSON report that offline_replay_bench hashes for its determinism check.
 
 Run: ``python -m pytest benches --benchmark-only``.
@@ -164,6 +165,10 @@ def test_offload_tiers(benchmark, conversation, tiers):
         rounds = benchmark.stats.stats.rounds
         best = min(_seconds(dynosim.replay, conversation, base) for _ in range(rounds))
         benchmark.extra_info["x_tiers_off"] = benchmark.stats.stats.min / best
+        # The cost of copies down being flows: the same over the tiers with free copies.
+        free = {**base, "offload": {**_TIERS[tiers], "writes": "free"}}
+        best = min(_seconds(dynosim.replay, conversation, free) for _ in range(rounds))
+        benchmark.extra_info["x_free_writes"] = benchmark.stats.stats.min / best
 
 
 def _seconds(fn, *args) -> float:

@@ -63,8 +63,10 @@ def test_evicted_prefix_is_onboarded_from_g2_with_its_delay():
 def test_g3_hits_stage_through_g2():
     # A 1-block G2: B's evictions push a3 to G3; C then finds a2 in G2 and a3 in G3. The G3
     # flow crosses G3->G2 (0.5 GB/s) and G2->G1 (1 GB/s, shared with the G2 flow): both run
-    # at 0.5 GB/s, so 16e6 bytes each take 32 ms.
-    report = dynosim.replay(evicted_prefix(), tiny(1, g3_blocks=8, g2_g3_gbps=0.5))
+    # at 0.5 GB/s, so 16e6 bytes each take 32 ms. Free copies down: onboarding alone (costed,
+    # C's read of a3 would share the half-duplex G3 link with the copies its hold sends down).
+    config = tiny(1, g3_blocks=8, g2_g3_gbps=0.5, writes="free")
+    report = dynosim.replay(evicted_prefix(), config)
     r = report.requests
     assert (r["g1_hit_blocks"][3], r["g2_hit_blocks"][3], r["g3_hit_blocks"][3]) == (1, 1, 1)
     assert r["onboard_end_ms"][3] - r["onboard_start_ms"][3] == 32.0
@@ -84,6 +86,14 @@ def test_offload_settings_default_from_the_core_and_name_their_field():
     o = dynosim.SimConfig().offload
     assert (o.g2_blocks, o.g3_blocks, o.g3_shared) == (None, None, False)
     assert (o.g1_g2_gbps, o.g2_g3_gbps) == (14.0, 7.0)
+    assert (o.g3_duplex, o.writes, o.g2_g3_read_gbps, o.g1_g2_write_gbps) == (
+        "half",
+        "flows",
+        None,
+        None,
+    )
+    with pytest.raises(ConfigError, match=r"offload.g2_g3_write_gbps"):
+        dynosim.SimConfig.model_validate({"offload": {"g2_g3_write_gbps": 0.0}})
     with pytest.raises(ConfigError, match=r"offload: needs kv_transfer.kv_bytes_per_token"):
         dynosim.SimConfig.model_validate({"offload": {"g2_blocks": 8}})
     with pytest.raises(ConfigError, match=r"offload.g3_blocks: needs offload.g2_blocks"):
@@ -132,5 +142,34 @@ def test_cli_offload_flags(capsys):
     assert report["config"]["offload"]["g3_shared"] is True
     assert report["config"]["offload"]["g2_g3_gbps"] == 5.0
     assert "offload" in report["summary"]
+    costs = ["--g3-duplex", "full", "--g2-g3-write-gbps", "2", "--offload-writes", "free"]
+    assert main([*args, *tiers, *costs, "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    o = report["config"]["offload"]
+    assert (o["g3_duplex"], o["g2_g3_write_gbps"], o["writes"]) == ("full", 2.0, "free")
+    assert report["summary"]["offload"]["flows"]["g1_to_g2"]["flows"] == 0
     assert main([*args]) == 0
     assert "hit blocks" not in capsys.readouterr().out
+
+
+def test_a_copy_still_in_flight_delays_the_onboard():
+    # G1->G2 writes at 0.25 GB/s: B's evictions at 20 ms (a3 a2, 32e6 bytes) still have 12e6
+    # bytes to go at 100 ms; C waits 48 ms for them (the copy its own hold starts queues behind),
+    # then reads them (1 GB/s) until 180 ms.
+    report = dynosim.replay(evicted_prefix(), tiny(g1_g2_write_gbps=0.25, in_flight="wait"))
+    r = report.requests
+    assert (r["onboard_start_ms"][3], r["onboard_end_ms"][3]) == (100.0, pytest.approx(180.0))
+    o = report.summary["offload"]
+    assert (o["onboards_delayed"], o["delayed_onboard_share"]) == (1, 1.0)
+    assert o["offload_wait_ms_mean"] == pytest.approx(48.0)
+    # Two copies started (a3 a2; B's pair at 148 ms), 64e6 bytes; the replay ends with C at
+    # 190 ms, the write link busy from 20 ms on.
+    assert o["flows"]["g1_to_g2"]["bytes"] == 4 * 16e6
+    assert report.summary["duration_ms"] == 190.0
+    assert o["link_utilization"]["g1_to_g2"] == pytest.approx(170 / 190)
+    assert "decode" not in o
+    # Recomputing blocks in flight instead: C's hit ends at a1 and it prefills at once.
+    again = dynosim.replay(evicted_prefix(), tiny(g1_g2_write_gbps=0.25, in_flight="recompute"))
+    o = again.summary["offload"]
+    assert (o["hits_cut_by_copies"], o["blocks_lost_to_copies"], o["num_onboards"]) == (1, 2, 0)
+    assert again.requests["ttft_ms"][3] == 10.0

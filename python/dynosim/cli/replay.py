@@ -106,6 +106,24 @@ def add_parser(sub: Any) -> None:
     )
     o.add_argument("--g1-g2-gbps", type=float, help="each rank's G1<->G2 link per direction")
     o.add_argument("--g2-g3-gbps", type=float, help="each G2<->G3 link (or the pool's), GB/s")
+    for tiers in ("g1-g2", "g2-g3"):
+        for way, what in (("read", "onboards"), ("write", "offloads")):
+            o.add_argument(f"--{tiers}-{way}-gbps", type=float, help=f"{tiers} {what} only, GB/s")
+    o.add_argument(
+        "--g3-duplex",
+        choices=["half", "full"],
+        help="G3 reads and writes share one capacity (half, default) or have one each",
+    )
+    o.add_argument(
+        "--in-flight",
+        choices=["wait", "recompute"],
+        help="blocks whose copy down is in flight: recompute (default) or wait and onboard",
+    )
+    o.add_argument(
+        "--offload-writes",
+        choices=["flows", "free"],
+        help="offloads are flows that take time (default) or free",
+    )
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
     r.add_argument(
         "--html",
@@ -143,6 +161,13 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
         ("g1_g2_gbps", "offload", "g1_g2_gbps"),
         ("g2_g3_gbps", "offload", "g2_g3_gbps"),
         ("backend", "engine", "backend"),
+        ("g1_g2_read_gbps", "offload", "g1_g2_read_gbps"),
+        ("g1_g2_write_gbps", "offload", "g1_g2_write_gbps"),
+        ("g2_g3_read_gbps", "offload", "g2_g3_read_gbps"),
+        ("g2_g3_write_gbps", "offload", "g2_g3_write_gbps"),
+        ("g3_duplex", "offload", "g3_duplex"),
+        ("offload_writes", "offload", "writes"),
+        ("in_flight", "offload", "in_flight"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -76,6 +76,36 @@ def render_summary(report: Report, source: str) -> Any:
                 f"{o['onboard_bytes'] / 1e9:,.2f} / {o['offload_bytes'] / 1e9:,.2f}",
             )
         )
+        f = o["flows"]
+        rows.append(
+            (
+                "copies down G1->G2 / G2->G3: flows, ms mean",
+                f"{f['g1_to_g2']['flows']:,}, {_fmt(f['g1_to_g2']['mean_flow_ms'])} / "
+                f"{f['g2_to_g3']['flows']:,}, {_fmt(f['g2_to_g3']['mean_flow_ms'])}",
+            )
+        )
+        u = o["link_utilization"]
+        rows.append(
+            (
+                "tier link use G1->G2 / G2->G1 / G2->G3 / G3->G2",
+                " / ".join(_fmt(u[k], 3) for k in ("g1_to_g2", "g2_to_g1", "g2_to_g3", "g3_to_g2")),
+            )
+        )
+        rows.append(
+            (
+                "onboards waiting for copies: share, ms mean",
+                f"{_fmt(o['delayed_onboard_share'], 4)}, {_fmt(o['offload_wait_ms_mean'])}",
+            )
+        )
+        if "decode" in o:
+            d = o["decode"]
+            rows.append(
+                (
+                    "decode side: hit blocks G1 / G2 / G3, GB up",
+                    f"{d['g1_hit_blocks']:,} / {d['g2_hit_blocks']:,} / {d['g3_hit_blocks']:,}, "
+                    f"{d['onboard_bytes'] / 1e9:,.2f}",
+                )
+            )
     for name, value in rows:
         head.add_row(name, value)
     lat = Table(title="latency (ms)", title_justify="left")

@@ -435,15 +435,49 @@ class OffloadConfig(_Settings):
     g1_g2_gbps: float = _default(
         "offload",
         "g1_g2_gbps",
-        "Each rank's G1<->G2 link per direction (GB/s = 1e9 B/s): G2 hits come up on it; "
-        "offloads count their bytes but move no flow (nothing else shares their direction and "
-        "offloaded blocks count as in G2 at once).",
+        "Each rank's G1<->G2 (PCIe) link, per direction: it is full duplex (GB/s = 1e9 B/s). "
+        "Onboards of G2 hits and offloads of G1 evictions run on it.",
     )
     g2_g3_gbps: float = _default(
         "offload",
         "g2_g3_gbps",
-        "Each rank's (or the shared pool's) G2<->G3 link per direction (GB/s): G3 hits come up "
-        "on it (and through the G1<->G2 link).",
+        "Each rank's (or the shared pool's) G2<->G3 link (GB/s): with g3_duplex half the one "
+        "capacity offloads and onboards share max-min fairly, with full each direction's.",
+    )
+    g1_g2_read_gbps: float | None = _default(
+        "offload", "g1_g2_read_gbps", "G2->G1 (onboard) rate, GB/s; unset: g1_g2_gbps."
+    )
+    g1_g2_write_gbps: float | None = _default(
+        "offload", "g1_g2_write_gbps", "G1->G2 (offload) rate, GB/s; unset: g1_g2_gbps."
+    )
+    g2_g3_read_gbps: float | None = _default(
+        "offload",
+        "g2_g3_read_gbps",
+        "G3->G2 (onboard) rate, GB/s: with full duplex its link's capacity, with half a cap on "
+        "each read within the shared capacity; unset: g2_g3_gbps.",
+    )
+    g2_g3_write_gbps: float | None = _default(
+        "offload",
+        "g2_g3_write_gbps",
+        "G2->G3 (offload) rate, GB/s, as g2_g3_read_gbps is for reads; unset: g2_g3_gbps.",
+    )
+    g3_duplex: Literal["half", "full"] = _default(
+        "offload",
+        "g3_duplex",
+        "half: a G3 link's reads and writes share one capacity (a storage service); full: one "
+        "capacity per direction.",
+    )
+    in_flight: Literal["wait", "recompute"] = _default(
+        "offload",
+        "in_flight",
+        "A request finding prompt blocks whose copy down is still in flight: wait for it and "
+        "onboard them, or recompute them (a tier offers a block once its copy has landed).",
+    )
+    writes: Literal["flows", "free"] = _default(
+        "offload",
+        "writes",
+        "flows: an offload is a copy on its tier link and a block is a hit below once it lands; "
+        "free: copies take no time or bandwidth (for comparison).",
     )
 
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::{Role, ServingMode, SimConfig};
-use crate::offload::TierCounters;
+use crate::offload::{Lane, LaneStats, TierCounters, TierTotals};
 use crate::stats::{Cdf, Distribution, WeightedSamples};
 use crate::time_series::TimeSeries;
 
@@ -165,7 +165,7 @@ pub struct Counters {
     /// Time each worker spent running passes (ms).
     pub worker_busy_ms: Vec<f64>,
     /// Offload tiers, when on.
-    pub tiers: Option<TierCounters>,
+    pub tiers: Option<TierTotals>,
 }
 
 /// Per-request metrics derived from the records, one entry per request (NaN where undefined).
@@ -256,33 +256,160 @@ pub struct Summary {
     pub offload: Option<OffloadSummary>,
 }
 
-/// What the offload tiers did. Hits count the prompt blocks of completed requests found at
-/// queueing in G1 (the prefix hit), then in G2 right after it, then in G3 after those.
+/// What the offload tiers did: for the ranks requests queue on (aggregated or prefill), and in
+/// disaggregation for the decode ranks (`decode`), each in its own role's block size.
 #[derive(Debug, Clone, Serialize)]
 pub struct OffloadSummary {
+    #[serde(flatten)]
+    pub queueing: TierRoleSummary,
+    /// Blocks evicted from the last tier and lost, all ranks.
+    pub dropped_blocks: u64,
+    /// Max-min rate solves of the tier links.
+    pub rate_recomputations: u64,
+    /// The tier links' use over the replay, each kind's mean over its links.
+    pub link_utilization: TierLinkUse,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode: Option<TierRoleSummary>,
+}
+
+/// What the tiers of one role's ranks did. Hits count prompt blocks found in G1 (the prefix
+/// hit), then in G2 right after it, then in G3 after those: on the queueing ranks those of
+/// completed requests at queueing, on decode ranks those of every KV reservation.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierRoleSummary {
     pub g1_hit_blocks: u64,
     pub g2_hit_blocks: u64,
     pub g3_hit_blocks: u64,
     pub g1_hit_tokens: u64,
     pub g2_hit_tokens: u64,
     pub g3_hit_tokens: u64,
-    /// Requests whose G2/G3 blocks were onboarded, and how long that took (ms).
+    /// Requests whose G2/G3 blocks were onboarded, and how long that took (ms; queueing ranks).
     pub num_onboards: u64,
-    pub onboard_ms: Distribution,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub onboard_ms: Option<Distribution>,
     /// Requests with G2/G3 hits that queued without them: G1 had no room to hold them.
     pub onboards_skipped: u64,
-    /// Blocks copied down (G1 -> G2, G2 -> G3) and up (G2 -> G1, G3 -> G2 -> G1), and lost.
+    /// Onboards that first waited for offload copies still in flight, their share of all
+    /// onboards, and the mean of those waits (ms).
+    pub onboards_delayed: u64,
+    pub delayed_onboard_share: f64,
+    pub offload_wait_ms_mean: f64,
+    /// With `in_flight: recompute`: lookups whose hit a copy still in flight cut short, and
+    /// the blocks they lost (recomputed instead).
+    pub hits_cut_by_copies: u64,
+    pub blocks_lost_to_copies: u64,
+    /// Blocks copied down (G1 -> G2, G2 -> G3) and up (G2 -> G1, G3 -> G2 -> G1), and lost
+    /// for want of a G3.
     pub offloaded_blocks: u64,
     pub offloaded_g2_blocks: u64,
     pub offloaded_g3_blocks: u64,
     pub onboarded_blocks: u64,
     pub onboarded_g2_blocks: u64,
     pub onboarded_g3_blocks: u64,
-    pub dropped_blocks: u64,
     /// Bytes moved: offloaded blocks x block bytes, onboarded blocks x block bytes.
     pub offload_bytes: f64,
     pub onboard_bytes: f64,
-    pub rate_recomputations: u64,
+    /// The flows of each tier and direction.
+    pub flows: TierFlows,
+}
+
+/// Flows of each tier and direction: offloads G1 -> G2 and G2 -> G3, onboards G2 -> G1 and
+/// G3 -> G2 -> G1.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierFlows {
+    pub g1_to_g2: LaneSummary,
+    pub g2_to_g3: LaneSummary,
+    pub g2_to_g1: LaneSummary,
+    pub g3_to_g1: LaneSummary,
+}
+
+/// Bytes the tier links delivered over their capacity for the replay, averaged over the links
+/// of each kind (0 for copies down when they are free).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierLinkUse {
+    pub g1_to_g2: f64,
+    /// Carries G2 hits, and G3 hits staging through G2.
+    pub g2_to_g1: f64,
+    /// With a half-duplex G3 link, `g2_to_g3` and `g3_to_g2` are both its one shared use.
+    pub g2_to_g3: f64,
+    pub g3_to_g2: f64,
+}
+
+/// What the flows of one tier and direction moved: flows started (0 for free copies), bytes,
+/// and of the flows that landed before the replay ended (its last request), how many and the
+/// sum and mean of their durations (start to landing, ms).
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneSummary {
+    pub flows: u64,
+    pub bytes: f64,
+    pub landed: u64,
+    pub flow_ms: f64,
+    pub mean_flow_ms: f64,
+}
+
+impl LaneSummary {
+    fn of(s: &LaneStats) -> Self {
+        LaneSummary {
+            flows: s.flows,
+            bytes: s.bytes,
+            flow_ms: s.flow_ms,
+            landed: s.landed,
+            mean_flow_ms: ratio(s.flow_ms, s.landed as f64),
+        }
+    }
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+impl TierRoleSummary {
+    /// `hits`: G1, G2, G3 hit blocks; `block`: the role's tokens per block; `onboard_ms`: the
+    /// onboard times of requests, where recorded.
+    fn of(
+        t: &TierCounters,
+        hits: [u64; 3],
+        block: u64,
+        num_onboards: u64,
+        onboard_ms: Option<Distribution>,
+    ) -> Self {
+        let lane = |l: Lane| LaneSummary::of(&t.lanes[l as usize]);
+        TierRoleSummary {
+            g1_hit_blocks: hits[0],
+            g2_hit_blocks: hits[1],
+            g3_hit_blocks: hits[2],
+            g1_hit_tokens: hits[0] * block,
+            g2_hit_tokens: hits[1] * block,
+            g3_hit_tokens: hits[2] * block,
+            num_onboards,
+            onboard_ms,
+            onboards_skipped: t.onboards_skipped,
+            onboards_delayed: t.onboards_delayed,
+            delayed_onboard_share: ratio(t.onboards_delayed as f64, t.onboards as f64),
+            offload_wait_ms_mean: ratio(t.offload_wait_ms, t.onboards_delayed as f64),
+            hits_cut_by_copies: t.hits_cut_by_copies,
+            blocks_lost_to_copies: t.blocks_lost_to_copies,
+            offloaded_blocks: t.offloaded_g2_blocks + t.offloaded_g3_blocks,
+            offloaded_g2_blocks: t.offloaded_g2_blocks,
+            offloaded_g3_blocks: t.offloaded_g3_blocks,
+            onboarded_blocks: t.onboarded_g2_blocks + t.onboarded_g3_blocks,
+            onboarded_g2_blocks: t.onboarded_g2_blocks,
+            onboarded_g3_blocks: t.onboarded_g3_blocks,
+            offload_bytes: t.offload_bytes,
+            onboard_bytes: t.onboard_bytes,
+            flows: TierFlows {
+                g1_to_g2: lane(Lane::OffloadG2),
+                g2_to_g3: lane(Lane::OffloadG3),
+                g2_to_g1: lane(Lane::OnboardG2),
+                g3_to_g1: lane(Lane::OnboardG3),
+            },
+        }
+    }
 }
 
 /// Everything one replay produced.
@@ -341,42 +468,45 @@ impl Report {
         let cluster = &config.cluster;
         let (num_workers, num_gpus) = (config.num_workers(), config.num_gpus());
         let offload = counters.tiers.as_ref().map(|t| {
-            // Tiers serve the ranks requests queue on: aggregated or prefill ones.
-            let role = match cluster.mode {
-                ServingMode::Aggregated => Role::Aggregated,
-                ServingMode::Disaggregated => Role::Prefill,
+            // Requests queue on aggregated or prefill ranks.
+            let (queueing, decode) = match cluster.mode {
+                ServingMode::Aggregated => (Role::Aggregated, None),
+                ServingMode::Disaggregated => (Role::Prefill, Some(Role::Decode)),
             };
-            let block = u64::from(config.role(role).0.block_size());
+            let block = |role| u64::from(config.role(role).0.block_size());
             let onboarded: Vec<usize> = (0..n)
                 .filter(|&i| !records.onboard_end_ms[i].is_nan())
                 .collect();
-            let g1 = sum(&records.g1_hit_blocks);
-            let g2 = sum(&records.g2_hit_blocks);
-            let g3 = sum(&records.g3_hit_blocks);
+            let hits = [
+                sum(&records.g1_hit_blocks),
+                sum(&records.g2_hit_blocks),
+                sum(&records.g3_hit_blocks),
+            ];
+            let onboard_ms = Distribution::of(
+                onboarded
+                    .iter()
+                    .map(|&i| records.onboard_end_ms[i] - records.onboard_start_ms[i]),
+            );
+            let d = &t.decode;
             OffloadSummary {
-                g1_hit_blocks: g1,
-                g2_hit_blocks: g2,
-                g3_hit_blocks: g3,
-                g1_hit_tokens: g1 * block,
-                g2_hit_tokens: g2 * block,
-                g3_hit_tokens: g3 * block,
-                num_onboards: onboarded.len() as u64,
-                onboard_ms: Distribution::of(
-                    onboarded
-                        .iter()
-                        .map(|&i| records.onboard_end_ms[i] - records.onboard_start_ms[i]),
+                queueing: TierRoleSummary::of(
+                    &t.queueing,
+                    hits,
+                    block(queueing),
+                    onboarded.len() as u64,
+                    Some(onboard_ms),
                 ),
-                onboards_skipped: t.onboards_skipped,
-                offloaded_blocks: t.offloaded_g2_blocks + t.offloaded_g3_blocks,
-                offloaded_g2_blocks: t.offloaded_g2_blocks,
-                offloaded_g3_blocks: t.offloaded_g3_blocks,
-                onboarded_blocks: t.onboarded_g2_blocks + t.onboarded_g3_blocks,
-                onboarded_g2_blocks: t.onboarded_g2_blocks,
-                onboarded_g3_blocks: t.onboarded_g3_blocks,
-                dropped_blocks: t.dropped_blocks,
-                offload_bytes: t.offload_bytes,
-                onboard_bytes: t.onboard_bytes,
+                dropped_blocks: t.queueing.dropped_blocks + d.dropped_blocks + t.g3_dropped_blocks,
                 rate_recomputations: t.rate_recomputations,
+                link_utilization: TierLinkUse {
+                    g1_to_g2: t.link_utilization[Lane::OffloadG2 as usize],
+                    g2_to_g3: t.link_utilization[Lane::OffloadG3 as usize],
+                    g2_to_g1: t.link_utilization[Lane::OnboardG2 as usize],
+                    g3_to_g2: t.link_utilization[Lane::OnboardG3 as usize],
+                },
+                decode: decode.map(|role| {
+                    TierRoleSummary::of(d, d.hit_blocks, block(role), d.onboards, None)
+                }),
             }
         });
         let transferred: Vec<usize> = (0..n)

@@ -10,7 +10,7 @@
 //! small G2 sends A's blocks on to G3; C at 100 ms: [a1 a2 a3 c4], whose first three blocks
 //! come back from G1/G2/G3 before its prefill.
 
-use dynosim_core::config::{FixedTiming, TimingConfig};
+use dynosim_core::config::{Duplex, FixedTiming, InFlight, OffloadWrites, TimingConfig};
 use dynosim_core::links::{FlowId, LinkNetwork};
 use dynosim_core::{Report, SimConfig};
 
@@ -40,6 +40,8 @@ fn phases(push_to_g3: &[bool]) -> Rows {
     rows
 }
 
+/// `workers` workers with the given tiers, G1<->G2 at 1 GB/s, G2<->G3 at 0.5 GB/s, copies down
+/// costed (flows), requests waiting for blocks in flight, unless a test says otherwise.
 fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimConfig {
     let mut c = SimConfig::default();
     c.cluster.num_workers = workers;
@@ -55,6 +57,7 @@ fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimCo
     c.offload.g3_shared = shared;
     c.offload.g1_g2_gbps = 1.0;
     c.offload.g2_g3_gbps = 0.5;
+    c.offload.in_flight = InFlight::Wait;
     c
 }
 
@@ -89,19 +92,25 @@ fn evicted_prefix_is_onboarded_from_g2() {
     assert_eq!(r.derived.ttft_ms[c], 42.0);
     let o = r.summary.offload.as_ref().unwrap();
     // D found all of B in G1 (4 blocks), C found a1.
-    assert_eq!((o.g1_hit_blocks, o.g2_hit_blocks), (5, 2));
-    assert_eq!((o.g1_hit_tokens, o.g2_hit_tokens), (80, 32));
-    assert_eq!(o.num_onboards, 1);
-    assert_eq!(o.onboard_ms.mean, Some(32.0));
-    assert_eq!(o.onboarded_g2_blocks, 2);
-    assert_eq!(o.onboard_bytes, 2.0 * BLOCK_BYTES);
+    assert_eq!((o.queueing.g1_hit_blocks, o.queueing.g2_hit_blocks), (5, 2));
+    assert_eq!(
+        (o.queueing.g1_hit_tokens, o.queueing.g2_hit_tokens),
+        (80, 32)
+    );
+    assert_eq!(o.queueing.num_onboards, 1);
+    assert_eq!(o.queueing.onboard_ms.as_ref().unwrap().mean, Some(32.0));
+    assert_eq!(o.queueing.onboarded_g2_blocks, 2);
+    assert_eq!(o.queueing.onboard_bytes, 2.0 * BLOCK_BYTES);
     // a3 a2 when B came; C's hold of 2 blocks evicted 2 of B's (D hit B fully), and its last
     // block at admission one more.
-    assert_eq!(o.offloaded_g2_blocks, 5);
-    assert_eq!(o.offload_bytes, 5.0 * BLOCK_BYTES);
+    assert_eq!(o.queueing.offloaded_g2_blocks, 5);
+    assert_eq!(o.queueing.offload_bytes, 5.0 * BLOCK_BYTES);
     assert_eq!(o.dropped_blocks, 0);
-    // Offloads move no flow (nothing else rides their links): one rate solve, C's onboard.
-    assert_eq!(o.rate_recomputations, 1);
+    // Offloads are flows, one per eviction: a3 a2 at 20 ms (landed at 52 ms, long before C
+    // needs them), C's hold at 100 ms, C's admission at 132 ms.
+    let down = &o.queueing.flows.g1_to_g2;
+    assert_eq!((down.flows, down.bytes), (3, 5.0 * BLOCK_BYTES));
+    assert_eq!(o.queueing.onboards_delayed, 0);
     // Without tiers C reuses a1 and prefills the rest at once.
     let plain = phases(&[false]).replay(&config(1, None, None, false));
     assert_eq!(plain.derived.ttft_ms[c], 10.0);
@@ -111,7 +120,10 @@ fn evicted_prefix_is_onboarded_from_g2() {
 
 #[test]
 fn g3_hits_stage_through_g2() {
-    let r = phases(&[true]).replay(&config(1, Some(2), Some(16), false));
+    // Free copies down: onboarding alone (`copies_down_in_flight_delay_the_onboard` costs them).
+    let mut cfg = config(1, Some(2), Some(16), false);
+    cfg.offload.writes = OffloadWrites::Free;
+    let r = phases(&[true]).replay(&cfg);
     let c = 3;
     assert_eq!(
         (r.records.g2_hit_blocks[c], r.records.g3_hit_blocks[c]),
@@ -121,21 +133,23 @@ fn g3_hits_stage_through_g2() {
     assert_eq!(onboard_ms(&r, c), 96.0);
     assert_eq!(r.derived.ttft_ms[c], 106.0);
     let o = r.summary.offload.as_ref().unwrap();
-    assert_eq!(o.g3_hit_blocks, 3);
-    assert_eq!(o.onboarded_g3_blocks, 3);
-    assert_eq!(o.onboard_bytes, 3.0 * BLOCK_BYTES);
+    assert_eq!(o.queueing.g3_hit_blocks, 3);
+    assert_eq!(o.queueing.onboarded_g3_blocks, 3);
+    assert_eq!(o.queueing.onboard_bytes, 3.0 * BLOCK_BYTES);
     assert_eq!(
-        o.offload_bytes,
-        (o.offloaded_g2_blocks + o.offloaded_g3_blocks) as f64 * BLOCK_BYTES
+        o.queueing.offload_bytes,
+        (o.queueing.offloaded_g2_blocks + o.queueing.offloaded_g3_blocks) as f64 * BLOCK_BYTES
     );
-    assert!(o.offloaded_g3_blocks >= 3);
+    assert!(o.queueing.offloaded_g3_blocks >= 3);
 }
 
 #[test]
 fn a_shared_g3_pool_is_shared_at_half_rate() {
     // Both workers onboard 3 blocks from G3 at 100 ms.
+    // Free copies down: onboarding alone.
     let mut cfg = config(2, Some(2), Some(16), false);
     cfg.offload.g2_g3_gbps = 1.0;
+    cfg.offload.writes = OffloadWrites::Free;
     let own = phases(&[true, true]).replay(&cfg);
     cfg.offload.g3_shared = true;
     let shared = phases(&[true, true]).replay(&cfg);
@@ -156,8 +170,10 @@ fn a_flow_capped_by_its_own_g2_link_leaves_the_pool_to_the_other() {
     // F1 (G3, 48e6 B, [pool, link1]). Link 0 carries two flows: 0.5 GB/s each, so F0b is capped
     // there and F1 takes the rest of the pool: 0.9 GB/s, not the fair half 0.7. F0a and F0b
     // end at 132 ms; then F1 runs at 1 GB/s, its own link (19.2e6 B left: 151.2 ms).
+    // Free copies down: onboarding alone.
     let mut cfg = config(2, Some(1), Some(16), true);
     cfg.offload.g2_g3_gbps = 1.4;
+    cfg.offload.writes = OffloadWrites::Free;
     let r = phases(&[false, true]).replay(&cfg);
     let (c0, c1) = (6, 7);
     assert_eq!(
@@ -213,8 +229,16 @@ fn no_room_in_g1_means_no_onboarding() {
         (0, 3)
     );
     assert!(r.records.onboard_start_ms[c].is_nan());
-    assert_eq!(r.summary.offload.as_ref().unwrap().onboards_skipped, 1);
-    assert_eq!(r.summary.offload.as_ref().unwrap().num_onboards, 0);
+    assert_eq!(
+        r.summary
+            .offload
+            .as_ref()
+            .unwrap()
+            .queueing
+            .onboards_skipped,
+        1
+    );
+    assert_eq!(r.summary.offload.as_ref().unwrap().queueing.num_onboards, 0);
     assert_eq!(r.records.reused_tokens[c], 0);
 }
 
@@ -250,4 +274,145 @@ fn a_request_onboarding_takes_a_sequence_slot() {
     assert_eq!(r.records.last_token_ms[c_row], 142.0);
     assert_eq!(r.records.first_admit_ms[e_row], 142.0);
     assert_eq!(r.derived.ttft_ms[e_row], 42.0);
+}
+
+#[test]
+fn copies_down_in_flight_delay_the_onboard() {
+    // G1->G2 writes at 0.25 GB/s. B at 20 ms evicts a3 a2: 32e6 bytes, 20e6 of them sent by
+    // 100 ms, 12e6 left. At 100 ms C finds a2 a3 in G2 still in flight and waits for the copy:
+    // 12e6 / 0.25e6 = 48 ms (the two of B's blocks its hold evicts queue behind it: one copy
+    // down at a time per rank and direction). At 148 ms C reads a2 a3 over the G2->G1 link
+    // (1 GB/s, the other direction): 32 ms, to 180 ms; its prefill of the last block ends at
+    // 190 ms.
+    let mut cfg = config(1, Some(8), None, false);
+    cfg.offload.g1_g2_write_gbps = Some(0.25);
+    let r = phases(&[false]).replay(&cfg);
+    let c = 3;
+    assert_eq!(
+        (r.records.g1_hit_blocks[c], r.records.g2_hit_blocks[c]),
+        (1, 2)
+    );
+    assert_eq!(r.records.onboard_start_ms[c], 100.0);
+    assert!((r.records.onboard_end_ms[c] - 180.0).abs() < 1e-9);
+    assert!((r.derived.ttft_ms[c] - 90.0).abs() < 1e-9);
+    let o = &r.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!((o.num_onboards, o.onboards_delayed), (1, 1));
+    assert_eq!(o.delayed_onboard_share, 1.0);
+    assert!((o.offload_wait_ms_mean - 48.0).abs() < 1e-9);
+    // The replay ends with C at 190 ms. Copies: a3 a2 (20 to 148 ms), B's pair (started at
+    // 148 ms, in flight at the end), the block C's admission evicted (queued behind it, never
+    // started). The write link was busy from 20 ms on: 170 of 190 ms.
+    assert_eq!(r.summary.duration_ms, 190.0);
+    let summary = r.summary.offload.as_ref().unwrap();
+    assert!((summary.link_utilization.g1_to_g2 - 170.0 / 190.0).abs() < 1e-9);
+    let down = &o.flows.g1_to_g2;
+    assert_eq!((down.flows, down.landed), (2, 1));
+    assert!((down.mean_flow_ms - 128.0).abs() < 1e-9);
+    // Recomputing what is in flight: C's hit ends at a1 (a2 a3 are misses), it prefills at
+    // once: 10 ms.
+    cfg.offload.in_flight = InFlight::Recompute;
+    let recompute = phases(&[false]).replay(&cfg);
+    assert_eq!(recompute.records.g2_hit_blocks[c], 0);
+    assert!(recompute.records.onboard_start_ms[c].is_nan());
+    assert_eq!(recompute.derived.ttft_ms[c], 10.0);
+    let o = &recompute.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!((o.hits_cut_by_copies, o.blocks_lost_to_copies), (1, 2));
+    assert_eq!((o.num_onboards, o.onboards_delayed), (0, 0));
+    // Free copies down: C onboards at once (132 ms), as `evicted_prefix_is_onboarded_from_g2`.
+    cfg.offload.in_flight = InFlight::Wait;
+    cfg.offload.writes = OffloadWrites::Free;
+    let free = phases(&[false]).replay(&cfg);
+    assert_eq!(free.records.onboard_end_ms[c], 132.0);
+    let o = &free.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!((o.onboards_delayed, o.flows.g1_to_g2.flows), (0, 0));
+}
+
+#[test]
+fn g3_copies_share_a_half_duplex_link_with_g3_reads() {
+    // The run of `g3_hits_stage_through_g2` with copies down costed: C's three G3 blocks were
+    // pushed there at 40 ms and are still in flight on the 0.5 GB/s G3 link at 100 ms, so its
+    // onboard starts later than with free copies; with a full-duplex link its read no longer
+    // shares the link with the copies its own hold sends down.
+    let mut cfg = config(1, Some(2), Some(16), false);
+    let half = phases(&[true]).replay(&cfg);
+    cfg.offload.g3_duplex = Duplex::Full;
+    let full = phases(&[true]).replay(&cfg);
+    cfg.offload.writes = OffloadWrites::Free;
+    let free = phases(&[true]).replay(&cfg);
+    let c = 3;
+    let end = |r: &Report| r.records.onboard_end_ms[c];
+    assert_eq!(end(&free), 196.0);
+    assert!(end(&full) > end(&free));
+    assert!(end(&half) > end(&full));
+    let o = &half.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!(o.onboards_delayed, 1);
+}
+
+#[test]
+fn a_decode_worker_receives_only_the_blocks_its_tiers_lack() {
+    // One prefill worker (128-token blocks, 64 of them: it never evicts) and one decode worker
+    // (64-token blocks, 8 of them), 1 GB/s KV links, G1<->G2 at 0.5 GB/s, 1e6 bytes per token.
+    // A [1 2] at 0 ms and B [3 4 5] at 1,000 ms each decode one token. B's reservation on the
+    // decode rank (6 blocks) evicts A's last two 64-token blocks (trace block 2) to its G2
+    // (landed by 1,266 ms). C [1 2 7] at 2,000 ms: the decode rank holds trace block 1 in G1
+    // and block 2 in G2, so with destination-missing sizing the transfer moves 128 tokens
+    // (128e6 bytes: 128 ms from 2,010 ms) while G2 sends its 2 blocks (128e6 bytes at 0.5
+    // GB/s: 256 ms): C is active, its first token out, at 2,266 ms.
+    use dynosim_core::config::{EngineConfig, ServingMode, TransferSizing};
+    let rows = Rows::new(
+        128,
+        &[
+            (0.0, 256, 1, &[1, 2]),
+            (1000.0, 384, 1, &[3, 4, 5]),
+            (2000.0, 384, 1, &[1, 2, 7]),
+        ],
+    );
+    let mut c = config(1, Some(8), None, false);
+    c.cluster.mode = ServingMode::Disaggregated;
+    c.cluster.num_prefill_workers = 1;
+    c.cluster.num_decode_workers = 1;
+    c.engine.block_size = Some(64);
+    c.engine.num_gpu_blocks = 8;
+    c.prefill.engine = Some(EngineConfig {
+        block_size: Some(128),
+        num_gpu_blocks: 64,
+        ..c.engine.clone()
+    });
+    c.offload.g1_g2_gbps = 0.5;
+    c.kv_transfer.bandwidth_gbps = Some(1.0);
+    c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
+    let r = rows.replay(&c);
+    let i = 2;
+    assert_eq!(r.records.transfer_bytes[i], 128e6);
+    assert_eq!(r.records.transfer_end_ms[i], 2138.0);
+    assert_eq!(r.derived.ttft_ms[i], 266.0);
+    let o = r.summary.offload.as_ref().unwrap();
+    // The prefill side found trace blocks 1 and 2 in its G1 (two 128-token blocks), and its
+    // columns stay its own.
+    assert_eq!(r.records.g1_hit_blocks[i], 2);
+    assert_eq!(
+        (o.queueing.g1_hit_tokens, o.queueing.g2_hit_tokens),
+        (256, 0)
+    );
+    // The decode side: two 64-token blocks in G1 and two in G2, in its own block size.
+    let d = o.decode.as_ref().unwrap();
+    assert_eq!((d.g1_hit_blocks, d.g2_hit_blocks), (2, 2));
+    assert_eq!((d.g1_hit_tokens, d.g2_hit_tokens), (128, 128));
+    assert_eq!((d.onboarded_g2_blocks, d.onboard_bytes), (2, 128e6));
+    assert_eq!(d.flows.g2_to_g1.flows, 1);
+    assert!((d.flows.g2_to_g1.flow_ms - 256.0).abs() < 1e-9);
+    assert_eq!(o.queueing.onboarded_blocks, 0);
+    // With the full prompt on its way the decode rank reads nothing from its tiers: 384 ms.
+    c.kv_transfer.sizing = Some(TransferSizing::FullPrompt);
+    let full = rows.replay(&c);
+    assert_eq!(full.derived.ttft_ms[i], 394.0);
+    let d = full
+        .summary
+        .offload
+        .as_ref()
+        .unwrap()
+        .decode
+        .clone()
+        .unwrap();
+    assert_eq!((d.g2_hit_blocks, d.onboarded_blocks), (0, 0));
 }

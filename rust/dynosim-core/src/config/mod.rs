@@ -20,7 +20,7 @@ pub use engine::{
     SchedulePolicy, SglangSettings, TrtllmSettings, VllmSettings,
 };
 pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, TransferSizing};
-pub use offload::OffloadConfig;
+pub use offload::{Duplex, InFlight, OffloadConfig, OffloadWrites};
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
 pub use timing::{AicTiming, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig};

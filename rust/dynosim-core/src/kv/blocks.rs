@@ -91,6 +91,12 @@ impl KvCache {
     /// inactive block (evicting the least recent when full), or, if it is already cached, make
     /// it the most recent. Returns how many were new. Needs a cache with no active blocks.
     pub fn insert_or_touch_all(&mut self, ids: &[BlockId]) -> u32 {
+        self.insert_or_touch_each(ids, |_| {})
+    }
+
+    /// `insert_or_touch_all`, calling `new_block(slot)` with the slot each block new to the set
+    /// takes (below the capacity; a slot keeps its block until that is evicted).
+    pub fn insert_or_touch_each(&mut self, ids: &[BlockId], mut new_block: impl FnMut(u32)) -> u32 {
         debug_assert_eq!(self.active, 0, "an LRU set holds inactive blocks only");
         let mut new = 0;
         for &id in ids {
@@ -112,9 +118,15 @@ impl KvCache {
                 self.name_slot(id, 0)
             };
             self.push_back(index);
+            new_block(index);
             new += 1;
         }
         new
+    }
+
+    /// The slot of cached block `id`, if it is cached.
+    pub fn slot(&self, id: BlockId) -> Option<u32> {
+        self.find(id)
     }
 
     pub fn capacity(&self) -> u32 {

@@ -26,12 +26,15 @@ struct Handoff {
     src_handle: u32,
 }
 
-/// A KV transfer on its way.
+/// A KV transfer on its way (and, on a decode rank with offload tiers, the onboard of the
+/// prompt blocks its tiers hold).
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     handoff: Handoff,
     dst: u32,
     dst_handle: u32,
+    /// The transfer and the onboard, of those still under way.
+    parts_left: u8,
 }
 
 /// A worker: `ranks` consecutive data-parallel ranks that pass in lockstep.
@@ -169,7 +172,12 @@ impl Cluster {
         };
         let n = workers.len();
         let block_sizes: Vec<u32> = ranks.iter().map(|r| r.block_size()).collect();
-        let tiers = Tiers::new(config, &block_sizes, ids_end)?;
+        let first_decode_rank = if num_prefill > 0 {
+            num_prefill_ranks
+        } else {
+            ranks.len()
+        };
+        let tiers = Tiers::new(config, &block_sizes, first_decode_rank, ids_end)?;
         if tiers.is_some() {
             for rank in &mut ranks {
                 rank.record_evictions();
@@ -255,16 +263,18 @@ impl Cluster {
         self.arrive(workload, i, records);
     }
 
-    /// Offload tiers: hand what rank `r`'s G1 evicted since the last call to its G2.
-    fn offload_evicted(&mut self, r: usize) {
+    /// Offload tiers: copy what rank `r`'s G1 evicted since the last call down to its G2 at
+    /// `now`.
+    fn offload_evicted(&mut self, r: usize, now: f64) -> Result<()> {
         let Some(tiers) = &mut self.tiers else {
-            return;
+            return Ok(());
         };
         self.evicted.clear();
         self.ranks[r].drain_evicted_into(&mut self.evicted);
         if !self.evicted.is_empty() {
-            tiers.offload(r, &self.evicted);
+            tiers.offload(now, r, &self.evicted)?;
         }
+        Ok(())
     }
 
     /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
@@ -272,6 +282,11 @@ impl Cluster {
     /// while the blocks are onboarded (just before they would be admitted, so the blocks are
     /// still there when they are).
     fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
+        // Decode ranks take their prompts from KV transfers (and from their tiers at
+        // reservation, `reserve`): a request preempted there recomputes from what G1 holds.
+        if self.disaggregated() && rank >= self.num_prefill_ranks {
+            return Ok(());
+        }
         let Some(tiers) = &mut self.tiers else {
             return Ok(());
         };
@@ -291,26 +306,36 @@ impl Cluster {
                 continue;
             }
             if !sched.hold_for_onboard(handle, hit, k2 + k3) {
-                tiers.counters.onboards_skipped += 1;
+                tiers.skip_onboard(rank);
                 continue;
             }
             sched.unqueue(handle);
             let ids = sched.prompt_ids(handle);
             let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
-            tiers.start_onboard(now, rank, handle, i as u32, &ids[g1..a], &ids[a..b])?;
+            let (g2, g3) = (&ids[g1..a], &ids[a..b]);
+            tiers.start_onboard(now, rank, handle, i as u32, None, g2, g3)?;
             records.onboard_start_ms[i] = now;
         }
         self.heads = heads;
         // Holding blocks may have evicted others.
-        self.offload_evicted(rank);
-        Ok(())
+        self.offload_evicted(rank, now)
     }
 
-    /// Offload tiers: request `o` is onboarded at `now` and queues first on its rank.
-    pub(super) fn onboard_done(&mut self, o: Onboard, now: f64, records: &mut Records) {
+    /// Offload tiers: request `o` is onboarded at `now`: it queues first on its rank, or on a
+    /// decode rank it is active once its KV transfer has landed too.
+    pub(super) fn onboard_done(
+        &mut self,
+        o: Onboard,
+        now: f64,
+        records: &mut Records,
+    ) -> Result<()> {
+        if let Some(id) = o.transfer() {
+            return self.part_done(id, now, records);
+        }
         records.onboard_end_ms[o.request as usize] = now;
         self.ranks[o.rank as usize].finish_onboard(o.handle);
         self.touch(self.worker_of(o.rank as usize));
+        Ok(())
     }
 
     /// Route arriving request `i`: reject it if it can never be served, else queue it.
@@ -365,7 +390,7 @@ impl Cluster {
                 continue;
             }
             let planned = rank.start_pass(now, records);
-            self.offload_evicted(r);
+            self.offload_evicted(r, now)?;
             let rank = &self.ranks[r];
             match planned {
                 Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
@@ -457,14 +482,38 @@ impl Cluster {
                 self.pending[d].pop_front();
                 self.pending_blocks[d] -= self.prompt_blocks(rank, workload, h.request);
                 let r = h.request as usize;
+                // With destination-missing sizing, prompt blocks the decode rank's tiers hold
+                // come up from them while the transfer brings the rest (with the full prompt
+                // on its way, reading them would gain nothing).
+                let bs = self.ranks[rank].block_size();
+                let (g1, k2, k3) = match &mut self.tiers {
+                    Some(tiers) if self.sizing == TransferSizing::DestinationMissing => {
+                        let g1 = cached / bs;
+                        let ids = self.ranks[rank].block_ids().of(r);
+                        let (k2, k3) = tiers.lookup(rank, &ids[g1 as usize..]);
+                        tiers.count_hits(rank, [g1, k2, k3]);
+                        (g1, k2, k3)
+                    }
+                    _ => (0, 0, 0),
+                };
                 let tokens = match self.sizing {
                     TransferSizing::FullPrompt => workload.input_length[r],
-                    TransferSizing::DestinationMissing => workload.input_length[r] - cached,
+                    TransferSizing::DestinationMissing => {
+                        workload.input_length[r] - cached - (k2 + k3) * bs
+                    }
                 };
                 let bytes = f64::from(tokens) * self.kv_bytes_per_token;
                 records.transfer_bytes[r] = bytes;
                 records.transfer_start_ms[r] = now;
-                let id = self.transport.start(now, h.src as usize, d, bytes)? as usize;
+                let id = self.transport.start(now, h.src as usize, d, bytes)?;
+                let onboard = k2 + k3 > 0;
+                if let (Some(tiers), true) = (&mut self.tiers, onboard) {
+                    let ids = self.ranks[rank].block_ids().of(r);
+                    let (a, b) = ((g1 + k2) as usize, (g1 + k2 + k3) as usize);
+                    let (g2, g3) = (&ids[g1 as usize..a], &ids[a..b]);
+                    tiers.start_onboard(now, rank, dst_handle, h.request, Some(id), g2, g3)?;
+                }
+                let id = id as usize;
                 if id >= self.in_flight.len() {
                     self.in_flight.resize(id + 1, None);
                 }
@@ -472,9 +521,10 @@ impl Cluster {
                     handoff: h,
                     dst: rank as u32,
                     dst_handle,
+                    parts_left: 1 + u8::from(onboard),
                 });
             }
-            self.offload_evicted(rank);
+            self.offload_evicted(rank, now)?;
         }
         Ok(())
     }
@@ -498,7 +548,8 @@ impl Cluster {
     /// handoffs waiting), or, when request ends send requests, may lead to one.
     pub(super) fn horizon(&mut self, w: usize, next_send: f64) -> Result<f64> {
         // A tier flow ending reaches only the rank it onboards to (not `w`: it onboards
-        // nothing), unless that rank then hands requests over or ends one others wait for.
+        // nothing), unless that rank then hands requests over or ends one others wait for, or
+        // it is a decode rank (which may be `w`) receiving part of a prompt from its tiers.
         let tiers = match &mut self.tiers {
             Some(tiers) if self.num_prefill > 0 || self.ends_send => tiers.next_finish_ms()?,
             _ => None,
@@ -527,18 +578,34 @@ impl Cluster {
             .partition_point(|w| w.first_rank + w.ranks <= r)
     }
 
-    /// Transfer `id` finished at `now`: the decode rank activates the request, the prefill
-    /// rank releases its copy.
+    /// Transfer `id` finished at `now`: the prefill rank releases its copy, and the decode
+    /// rank activates the request unless its tiers are still onboarding part of it.
     pub(super) fn transfer_done(&mut self, id: u64, now: f64, records: &mut Records) -> Result<()> {
-        let f = self.in_flight[id as usize].take().ok_or_else(|| {
+        let f = self.in_flight[id as usize].ok_or_else(|| {
             SimError::Internal(format!("transfer {id} finished twice or never started"))
         })?;
         records.transfer_end_ms[f.handoff.request as usize] = now;
-        let (dst, src) = (f.dst as usize, f.handoff.src as usize);
-        self.ranks[dst].activate_remote(f.dst_handle, now, self.first_token_on_arrival, records);
+        let src = f.handoff.src as usize;
         self.ranks[src].release_handoff(f.handoff.src_handle);
-        self.touch(self.worker_of(dst));
         self.touch(self.worker_of(src));
+        self.part_done(id, now, records)
+    }
+
+    /// The transfer or the decode-side onboard of transfer `id`'s request finished at `now`;
+    /// the request is active once both have.
+    fn part_done(&mut self, id: u64, now: f64, records: &mut Records) -> Result<()> {
+        let slot = &mut self.in_flight[id as usize];
+        let f = slot.as_mut().ok_or_else(|| {
+            SimError::Internal(format!("transfer {id} finished twice or never started"))
+        })?;
+        f.parts_left -= 1;
+        if f.parts_left > 0 {
+            return Ok(());
+        }
+        let f = slot.take().expect("checked above");
+        let dst = f.dst as usize;
+        self.ranks[dst].activate_remote(f.dst_handle, now, self.first_token_on_arrival, records);
+        self.touch(self.worker_of(dst));
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use crate::config::SimConfig;
 use crate::control::Control;
 use crate::error::{Result, SimError};
 use crate::event_queue::EventQueue;
-use crate::offload::{Onboard, Tiers};
+use crate::offload::Onboard;
 use crate::prepared::PreparedWorkload;
 use crate::report::{Counters, Records, Report, Status};
 use crate::workload::Workload;
@@ -97,6 +97,11 @@ fn run(
     let mut started = false;
 
     loop {
+        // Once every request has ended only copies down to the tiers can be in flight, and
+        // their landing changes no request: the replay ends with its last request.
+        if started && records.finished == workload.len() {
+            break;
+        }
         let next = [
             dispatcher.next_start_ms(),
             queue.peek_time(),
@@ -120,7 +125,7 @@ fn run(
             tiers.pop_finished(now, &mut onboarded)?;
             for &o in &onboarded {
                 cluster.events += 1;
-                cluster.onboard_done(o, now, &mut records);
+                cluster.onboard_done(o, now, &mut records)?;
             }
         }
         dispatcher.starts(now, &mut to_send);
@@ -222,7 +227,7 @@ fn run(
     counters.rate_recomputations = cluster.transport.recomputations();
     counters.link_utilization = cluster.transport.utilization(now);
     counters.worker_busy_ms = sampler.busy_ms;
-    counters.tiers = cluster.tiers.as_ref().map(Tiers::finish);
+    counters.tiers = cluster.tiers.as_ref().map(|t| t.finish(now));
     Ok(Report::build(
         records,
         sampler.series,
@@ -290,8 +295,8 @@ mod tests {
             block_size in 2u32..24,
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
-            (fifo, line_rate, first_decode_pass) in any::<(bool, bool, bool)>(),
-            tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<bool>())),
+            (fifo, line_rate, first_decode_pass, missing) in any::<(bool, bool, bool, bool)>(),
+            tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<(bool, bool)>())),
         ) {
             let tbs = 32;
             let (mut arrival, mut input, mut output) = (vec![], vec![], vec![]);
@@ -324,9 +329,11 @@ mod tests {
                 session: with_sessions.then_some(&session[..]),
                 delay_ms: with_sessions.then_some(&delay[..]),
             };
-            let offload = tiers.map_or(String::new(), |(g2, g3, shared)| {
+            let offload = tiers.map_or(String::new(), |(g2, g3, (shared, recompute))| {
                 let g3 = g3.map_or(String::new(), |g3| format!(r#","g3_blocks":{g3},"g3_shared":{shared}"#));
-                format!(r#","offload":{{"g2_blocks":{g2}{g3},"g1_g2_gbps":0.01,"g2_g3_gbps":0.005}}"#)
+                let in_flight = if recompute { "recompute" } else { "wait" };
+                format!(r#","offload":{{"g2_blocks":{g2}{g3},"g1_g2_gbps":0.01,"g2_g3_gbps":0.005,
+                            "in_flight":"{in_flight}"}}"#)
             });
             let closed = concurrency.map_or(String::new(), |c| format!(r#","concurrency":{c}"#));
             let mode = if disaggregated {
@@ -338,13 +345,15 @@ mod tests {
             let preemption = if fifo { "fifo" } else { "lifo" };
             let link = if line_rate { "line_rate" } else { "max_min" };
             let first_token = if first_decode_pass { "first_decode_pass" } else { "kv_arrival" };
+            let sizing = if missing { "destination_missing" } else { "full_prompt" };
             let config = SimConfig::from_json(&format!(
                 r#"{{"cluster":{{{mode},"router":"{router}"{closed}}},
                     "engine":{{"block_size":{block_size},"num_gpu_blocks":{num_gpu_blocks},
                                "max_num_batched_tokens":256,"data_parallel_size":{dp},
                                "max_num_seqs":{max_num_seqs},"preemption_mode":"{preemption}"}},
                     "kv_transfer":{{"kv_bytes_per_token":100000,"bandwidth_gbps":1,
-                                    "link_model":"{link}","first_token":"{first_token}"}},
+                                    "link_model":"{link}","first_token":"{first_token}",
+                                    "sizing":"{sizing}"}},
                     "report":{{"sample_interval_ms":50}}{offload}}}"#
             ))
             .unwrap();

@@ -7,6 +7,7 @@ pub mod block_ids;
 pub mod config;
 pub mod error;
 pub mod event_queue;
+pub mod kv;
 pub mod kv_cache;
 pub mod links;
 pub mod mooncake;

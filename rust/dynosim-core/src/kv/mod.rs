@@ -1,0 +1,3 @@
+//! KV caches of one rank.
+
+pub mod radix;

@@ -443,6 +443,49 @@ mod tests {
         assert_eq!(c.evict(100), 8);
     }
 
+    #[test]
+    fn memory_follows_distinct_token_runs_not_requests() {
+        // 1,000 requests with one 32-token prompt: one edge, however often it is inserted.
+        let same: Vec<(&[u64], u32)> = vec![(&[1, 2, 3, 4, 5, 6, 7, 8], 32); 1000];
+        let mut c = cache(&same, 4, 1);
+        c.insert(0, 32);
+        let (nodes, bytes) = (c.node_count(), c.memory_bytes());
+        for r in 1..1000 {
+            c.insert(r, 32);
+        }
+        assert_eq!(
+            (c.node_count(), c.memory_bytes(), c.cached()),
+            (nodes, bytes, 32)
+        );
+        // 1,000 prompts sharing 8 tokens, then 24 of their own: a shared edge and a leaf each,
+        // a bounded number of bytes per node (not per token: 24,008 tokens are cached).
+        let ids: Vec<Vec<u64>> = (0..1000u64)
+            .map(|r| {
+                vec![
+                    1,
+                    2,
+                    10 * r + 100,
+                    10 * r + 101,
+                    10 * r + 102,
+                    10 * r + 103,
+                    10 * r + 104,
+                    10 * r + 105,
+                ]
+            })
+            .collect();
+        let distinct: Vec<(&[u64], u32)> = ids.iter().map(|p| (p.as_slice(), 32)).collect();
+        let mut c = cache(&distinct, 4, 1);
+        for r in 0..1000 {
+            c.insert(r, 32);
+        }
+        assert_eq!((c.node_count(), c.cached()), (1 + 1 + 1000, 8 + 1000 * 24));
+        assert!(
+            c.memory_bytes() < 128 * c.node_count(),
+            "{} bytes",
+            c.memory_bytes()
+        );
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Insert(usize, u32),

@@ -63,6 +63,10 @@ pub struct RadixCache {
     clock: u64,
     evictable: u64,
     protected: u64,
+    /// Evicted edges as (source request, start, end), oldest first, kept only once
+    /// `record_evictions` is called (the offload tiers read them).
+    record_evicted: bool,
+    evicted: Vec<(u32, u32, u32)>,
 }
 
 impl RadixCache {
@@ -88,7 +92,20 @@ impl RadixCache {
             clock: 0,
             evictable: 0,
             protected: 0,
+            record_evicted: false,
+            evicted: Vec::new(),
         }
+    }
+
+    /// From now on keep every evicted edge for `drain_evicted`.
+    pub fn record_evictions(&mut self) {
+        self.record_evicted = true;
+    }
+
+    /// The edges evicted since the last call, least recent first, as (request whose prompt
+    /// spells it, first token, end).
+    pub fn drain_evicted(&mut self) -> std::vec::Drain<'_, (u32, u32, u32)> {
+        self.evicted.drain(..)
     }
 
     /// Tokens per page.
@@ -271,6 +288,9 @@ impl RadixCache {
             let n = self.nodes[node as usize].clone();
             freed += n.len();
             self.evictable -= n.len();
+            if self.record_evicted {
+                self.evicted.push((n.source, n.start, n.end));
+            }
             self.children.remove(&self.key(n.source, n.start));
             self.spare.push(node);
             let parent = &mut self.nodes[n.parent as usize];
@@ -404,6 +424,7 @@ mod tests {
     #[test]
     fn least_recently_used_leaves_go_first() {
         let mut c = cache(&[(&[1], 4), (&[2], 4), (&[3], 4)], 4, 1);
+        c.record_evictions();
         for r in 0..3 {
             c.insert(r, 4);
         }
@@ -412,6 +433,8 @@ mod tests {
         assert_eq!(c.evict(1), 4);
         assert_eq!((c.peek(0, 4), c.peek(1, 4), c.peek(2, 4)), (4, 0, 4));
         assert_eq!(c.evict(5), 8); // prompt 2, then prompt 0
+        let evicted: Vec<_> = c.drain_evicted().collect();
+        assert_eq!(evicted, [(1, 0, 4), (2, 0, 4), (0, 0, 4)]);
         assert_eq!((c.cached(), c.node_count()), (0, 1));
 
         // A parent is evicted only once its children are gone: prompts [1, 2] and [1, 3]

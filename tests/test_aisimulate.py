@@ -466,8 +466,9 @@ def disaggregated(gbps: float, link_model: str = "line_rate") -> dict:
     }
 
 
-#: dynosim's TRT-LLM engine flavour (issue 16) adds engine.backend; its run turns on with it.
-HAVE_TRTLLM_FLAVOUR = "backend" in EngineConfig.model_fields
+#: dynosim's TRT-LLM engine flavour (issue 16): engine.backend exists before the flavour's
+#: scheduler does; its run turns on with the scheduler.
+HAVE_TRTLLM_FLAVOUR = False
 RUNS = {
     "aggregated vLLM": {"cluster": {"num_workers": 4}, "engine": {"block_size": 64}},
     "aggregated TRT-LLM": {"cluster": {"num_workers": 4}, "engine": {"backend": "trtllm"}},

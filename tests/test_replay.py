@@ -153,6 +153,12 @@ def test_config_sources_agree(tmp_path):
             "timing.decode_ms: required, but not given",
         ),
         ({"engine": {"block_size": "big"}}, "engine.block_size"),
+        (
+            {"engine": {"backend": "trtllm", "preemption_mode": "fifo"}},
+            "engine.preemption_mode: a vllm setting; the trtllm engine (engine.backend) has no "
+            "such setting",
+        ),
+        ({"engine": {"backend": "tgi"}}, "engine.backend"),
     ],
 )
 def test_bad_config_names_the_field(config, message):
@@ -160,6 +166,20 @@ def test_bad_config_names_the_field(config, message):
         dynosim.load_config(config)
     assert message in str(err.value)
     assert isinstance(err.value, ValueError)
+
+
+def test_unset_engine_settings_read_their_flavours_defaults_from_the_core():
+    trt = dynosim.load_config({"engine": {"backend": "trtllm", "max_num_tokens": 4096}})
+    assert trt.engine.setting("block_size") == 32  # TensorRT-LLM's tokens_per_block
+    assert trt.engine.setting("max_num_tokens") == 4096
+    assert trt.engine.setting("capacity_scheduler") == "guaranteed_no_evict"
+    assert trt.engine.pass_token_budget == 4096
+    vllm = dynosim.SimConfig().engine
+    assert (vllm.setting("block_size"), vllm.pass_token_budget) == (64, 8192)
+    # The resolved view carries every setting of the role's flavour, and none of another's.
+    engine = dynosim.config.resolve(trt).roles["aggregated"].engine
+    assert (engine.block_size, engine.enable_chunked_context) == (32, False)
+    assert engine.max_num_batched_tokens is None
 
 
 def test_bad_config_file(tmp_path):

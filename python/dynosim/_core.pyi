@@ -74,6 +74,13 @@ def kv_shape_bytes_per_token(shape_json: str, tp: int) -> int:
     """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank for a
     ``kv_shape`` document (``tp`` 1: the whole model's)."""
 
+def engine_defaults_json() -> str:
+    """Every engine flavour's settings at their defaults, by backend name, as JSON."""
+
+def engine_pass_token_budget(engine_json: str) -> int:
+    """The token budget of one pass of an engine section: vLLM's max_num_batched_tokens,
+    TensorRT-LLM's max_num_tokens, SGLang's max_prefill_tokens."""
+
 def aic_timing_defaults_json() -> str:
     """The fields an ``aic`` timing section may leave out, with their values, as JSON."""
 

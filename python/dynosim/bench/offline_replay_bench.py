@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         "--block-size",
         type=int,
         metavar="TOKENS",
-        help=f"tokens per KV block (default {d.engine.block_size})",
+        help=f"tokens per KV block (default {d.engine.setting('block_size')})",
     )
     p.add_argument(
         "--num-gpu-blocks",
@@ -196,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-batched-tokens",
         type=int,
         metavar="TOKENS",
-        help=f"token budget of one pass (default {d.engine.max_num_batched_tokens})",
+        help=f"token budget of one pass (default {d.engine.pass_token_budget})",
     )
     p.add_argument(
         "--kv-bytes-per-token", type=float, metavar="BYTES", help="disagg: KV bytes of one token"

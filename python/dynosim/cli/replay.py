@@ -18,7 +18,7 @@ from dynosim.cli.common import (
 )
 from dynosim.cli.output import check_output
 from dynosim.cli.summary import render_summary
-from dynosim.config import AicTiming, SimConfig, load_config, load_timing_table
+from dynosim.config import AicTiming, EngineConfig, SimConfig, load_config, load_timing_table
 from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
@@ -162,6 +162,7 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     from dynosim.capacity import aic_kv_capacity, estimate_kv_capacity, is_model_file
 
     engine = data["engine"]
+    settings = EngineConfig.model_validate(engine)
     fraction = 0.9 if args.gpu_memory_utilization is None else args.gpu_memory_utilization
     if is_model_file(args.model):
         return estimate_kv_capacity(
@@ -169,15 +170,15 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
             args.system,
             tp=engine["tensor_parallel_size"],
             memory_fraction=fraction,
-            block_size=engine["block_size"],
+            block_size=settings.setting("block_size"),
             backend=args.backend or "trtllm",
         )
     timing = data["timing"]
     spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
     return aic_kv_capacity(
         AicTiming(**spec),
-        block_size=engine["block_size"],
-        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        block_size=settings.setting("block_size"),
+        max_num_batched_tokens=settings.pass_token_budget,
         max_num_seqs=engine["max_num_seqs"],
         gpu_memory_utilization=fraction,
     )

@@ -74,24 +74,30 @@ class ClusterConfig(_Settings):
     )
 
 
-class EngineConfig(_Settings):
-    """One worker's vLLM-like engine."""
+#: Every engine flavour's settings at their defaults, by backend name (from the core).
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = json.loads(_core.engine_defaults_json())
 
-    block_size: int = _default("engine", "block_size", "Tokens per KV block.")
+
+def _flavour(name: str, description: str) -> Any:
+    """Optional setting ``name`` of some flavours (unset: the flavour's default)."""
+    defaults = ", ".join(f"{b} {d[name]!r}" for b, d in ENGINE_DEFAULTS.items() if name in d)
+    return Field(None, description=f"{description} Default: {defaults}.")
+
+
+class EngineConfig(_Settings):
+    """One worker's engine: the serving engine it models (``backend``), its KV cache, limits,
+    layout, and its flavour's scheduling settings. A flavour setting left unset takes the
+    flavour's default (``ENGINE_DEFAULTS``); one of another flavour is an error."""
+
+    backend: Literal["vllm", "sglang", "trtllm"] = _default(
+        "engine",
+        "backend",
+        "The serving engine modelled: vllm, sglang or trtllm (and the engine an aic timing "
+        "section prices).",
+    )
+    block_size: int | None = _flavour("block_size", "Tokens per KV block.")
     num_gpu_blocks: int = _default("engine", "num_gpu_blocks", "KV blocks in one rank's GPU cache.")
     max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
-    max_num_batched_tokens: int = _default(
-        "engine", "max_num_batched_tokens", "Token budget of one pass."
-    )
-    enable_chunked_prefill: bool = _default(
-        "engine", "enable_chunked_prefill", "Split long prompts across passes."
-    )
-    preemption_mode: Literal["lifo", "fifo"] = _default(
-        "engine",
-        "preemption_mode",
-        "Which running request a KV shortage preempts, among those admitted after the one "
-        "needing the block: the newest (lifo) or the oldest (fifo).",
-    )
     tensor_parallel_size: int = _default(
         "engine",
         "tensor_parallel_size",
@@ -103,6 +109,75 @@ class EngineConfig(_Settings):
         "Ranks per worker, each with its own scheduler and num_gpu_blocks; a grouped pass "
         "ends when the slowest rank ends. GPUs per worker = TP x DP.",
     )
+    max_num_batched_tokens: int | None = _flavour(
+        "max_num_batched_tokens", "vLLM: token budget of one pass."
+    )
+    enable_chunked_prefill: bool | None = _flavour(
+        "enable_chunked_prefill", "vLLM: split long prompts across passes."
+    )
+    preemption_mode: Literal["lifo", "fifo"] | None = _flavour(
+        "preemption_mode",
+        "vLLM: which running request a KV shortage preempts, among those "
+        "admitted after the one needing the block: the newest (lifo) or the oldest (fifo).",
+    )
+    max_num_tokens: int | None = _flavour(
+        "max_num_tokens",
+        "TensorRT-LLM: token budget of one pass, generation tokens counted first.",
+    )
+    capacity_scheduler: Literal["guaranteed_no_evict", "max_utilization"] | None = _flavour(
+        "capacity_scheduler",
+        "TensorRT-LLM: admit only requests whose prompt and maximum output "
+        "fit (guaranteed_no_evict), or while the next pass fits, pausing the latest-started "
+        "request when it does not (max_utilization).",
+    )
+    enable_chunked_context: bool | None = _flavour(
+        "enable_chunked_context",
+        "TensorRT-LLM: let a context larger than the remaining budget "
+        "run in chunks; off, a whole context must fit one pass's budget.",
+    )
+    page_size: int | None = _flavour(
+        "page_size", "SGLang: tokens per page of the radix prefix cache."
+    )
+    chunked_prefill_size: int | None = _flavour(
+        "chunked_prefill_size", "SGLang: most prompt tokens of one request per pass."
+    )
+    max_prefill_tokens: int | None = _flavour(
+        "max_prefill_tokens", "SGLang: most prompt tokens of one prefill batch."
+    )
+    schedule_policy: Literal["fcfs", "lpm"] | None = _flavour(
+        "schedule_policy",
+        "SGLang: waiting-queue order, arrival (fcfs) or longest cached prefix (lpm).",
+    )
+    schedule_conservativeness: float | None = _flavour(
+        "schedule_conservativeness",
+        "SGLang: scales the reservation for running requests' future tokens.",
+    )
+    init_new_token_ratio: float | None = _flavour(
+        "init_new_token_ratio", "SGLang: the new-token ratio's start (unscaled)."
+    )
+    min_new_token_ratio_factor: float | None = _flavour(
+        "min_new_token_ratio_factor",
+        "SGLang: the ratio's floor as a share of its start.",
+    )
+    new_token_ratio_decay_steps: int | None = _flavour(
+        "new_token_ratio_decay_steps",
+        "SGLang: decode steps from the ratio's start to its floor.",
+    )
+    clip_max_new_tokens: int | None = _flavour(
+        "clip_max_new_tokens",
+        "SGLang: cap on the remaining output a running request reserves.",
+    )
+
+    def setting(self, name: str) -> Any:
+        """The value of setting ``name``: as set, else the flavour's default."""
+        value = getattr(self, name)
+        return ENGINE_DEFAULTS[self.backend].get(name) if value is None else value
+
+    @property
+    def pass_token_budget(self) -> int:
+        """Token budget of one pass (vLLM's max_num_batched_tokens, TensorRT-LLM's
+        max_num_tokens, SGLang's max_prefill_tokens), as the core reads it."""
+        return _core.engine_pass_token_budget(self.model_dump_json())
 
 
 class PolynomialTiming(_Settings):

@@ -162,7 +162,7 @@ class _Builder:
         self.model, self.system, self.backend = model, system, backend
         self.backend_version = backend_version
         self.memory_fraction = memory_fraction
-        self.block_size = base.engine.block_size
+        self.block_size = base.engine.setting("block_size")
         self._blocks: dict[AicTiming, int | ConfigError] = {}
         transfer = base.kv_transfer
         self.kv_shape = None
@@ -177,8 +177,8 @@ class _Builder:
             try:
                 self._blocks[timing] = aic_kv_capacity(
                     timing,
-                    block_size=engine.block_size,
-                    max_num_batched_tokens=engine.max_num_batched_tokens,
+                    block_size=engine.setting("block_size"),
+                    max_num_batched_tokens=engine.pass_token_budget,
                     max_num_seqs=engine.max_num_seqs,
                     gpu_memory_utilization=self.memory_fraction,
                 ).num_gpu_blocks

@@ -8,7 +8,6 @@ pub mod config;
 pub mod error;
 pub mod event_queue;
 pub mod kv;
-pub mod kv_cache;
 pub mod links;
 pub mod mooncake;
 pub mod offload;

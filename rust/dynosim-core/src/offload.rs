@@ -16,7 +16,7 @@
 use crate::block_ids::BlockId;
 use crate::config::{OffloadConfig, SimConfig};
 use crate::error::Result;
-use crate::kv_cache::KvCache;
+use crate::kv::KvCache;
 use crate::links::{FlowId, LinkNetwork};
 use crate::transfer::gbps_to_bytes_per_ms;
 

@@ -353,7 +353,7 @@ impl Report {
                 ServingMode::Aggregated => Role::Aggregated,
                 ServingMode::Disaggregated => Role::Prefill,
             };
-            let block = u64::from(config.role(role).0.block_size);
+            let block = u64::from(config.role(role).0.block_size());
             let onboarded: Vec<usize> = (0..n)
                 .filter(|&i| !records.onboard_end_ms[i].is_nan())
                 .collect();

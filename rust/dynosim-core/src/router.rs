@@ -5,9 +5,7 @@
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::block_ids::BlockId;
 use crate::config::RouterMode;
-use crate::kv_cache::KvCache;
 
 /// A routing policy with its state. Candidates are indexed 0..n; ties break to the lowest
 /// index so routing is deterministic.
@@ -50,23 +48,22 @@ impl Router {
         }
     }
 
-    /// Pick the cache-aware cheapest candidate for a prompt whose full blocks are `ids`.
-    /// Each candidate is its cache and its queued load in blocks (requests routed there but not
-    /// admitted yet hold no blocks, yet they will): cost = overlap_weight x (prompt blocks not
-    /// cached there) + active blocks + queued blocks.
-    pub fn route_by_cache<'a>(
+    /// Pick the cache-aware cheapest candidate for a prompt of `prompt_blocks` blocks. Each
+    /// candidate is (prompt blocks it caches, its active blocks, its queued load in blocks:
+    /// requests routed there but not admitted yet hold no blocks, yet they will):
+    /// cost = overlap_weight x (prompt blocks not cached there) + active blocks + queued blocks.
+    pub fn route_by_cache(
         &mut self,
-        ids: &[BlockId],
         prompt_blocks: u32,
-        candidates: impl Iterator<Item = (&'a KvCache, u64)>,
+        candidates: impl Iterator<Item = (u32, u32, u64)>,
     ) -> usize {
         let Router::KvAware { overlap_weight } = *self else {
             unreachable!("route_by_cache is for the kv_aware router");
         };
         let mut best = (f64::INFINITY, 0);
-        for (i, (cache, queued)) in candidates.enumerate() {
-            let to_prefill = prompt_blocks - cache.lookup(ids).blocks;
-            let load = f64::from(cache.active()) + queued as f64;
+        for (i, (cached, active, queued)) in candidates.enumerate() {
+            let to_prefill = prompt_blocks - cached;
+            let load = f64::from(active) + queued as f64;
             let cost = overlap_weight * f64::from(to_prefill) + load;
             if cost < best.0 {
                 best = (cost, i);
@@ -79,6 +76,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::KvCache;
 
     #[test]
     fn round_robin_cycles_in_order() {
@@ -109,23 +107,19 @@ mod tests {
         // 4-block prompt: warm costs 2 to prefill + 2 active = 4; cold 4 + 0 = 4: a tie goes
         // to the lower index.
         let p = [11, 12, 13, 14];
-        assert_eq!(
-            r.route_by_cache(&p, 4, [(&warm, 0), (&cold, 0)].into_iter()),
-            0
+        let (warm, cold) = (
+            (warm.lookup(&p).blocks, warm.active(), 0),
+            (cold.lookup(&p).blocks, cold.active(), 0),
         );
-        assert_eq!(
-            r.route_by_cache(&p, 4, [(&cold, 0), (&warm, 0)].into_iter()),
-            0
-        );
+        let queued = |c: (u32, u32, u64), q| (c.0, c.1, q);
+        assert_eq!(r.route_by_cache(4, [warm, cold].into_iter()), 0);
+        assert_eq!(r.route_by_cache(4, [cold, warm].into_iter()), 0);
         // Weighting the prefill work more makes the cached prefix win ...
         let mut heavy = Router::new(RouterMode::KvAware, 0, 2.0);
-        assert_eq!(
-            heavy.route_by_cache(&p, 4, [(&cold, 0), (&warm, 0)].into_iter()),
-            1
-        );
+        assert_eq!(heavy.route_by_cache(4, [cold, warm].into_iter()), 1);
         // ... unless requests already queued there outweigh it.
         assert_eq!(
-            heavy.route_by_cache(&p, 4, [(&cold, 0), (&warm, 3)].into_iter()),
+            heavy.route_by_cache(4, [cold, queued(warm, 3)].into_iter()),
             0
         );
     }

@@ -159,7 +159,7 @@ fn one_third_capacities_leave_no_stray_bytes() {
 fn decode_pool_that_cannot_hold_a_request_rejects_it() {
     let mut c = disagg(1, 1, None);
     let mut small = c.engine.clone();
-    small.block_size = 64;
+    small.block_size = Some(64);
     small.num_gpu_blocks = 2; // 128 tokens: the prompt plus one token does not fit
     c.decode.engine = Some(small);
     let r = at_zero(&[1], 2).replay(&c);
@@ -189,9 +189,9 @@ fn decode_workers_name_blocks_at_their_own_block_size() {
     // next, 48..96, reaches B's second trace block), so 80 of its 128 tokens move.
     let mut c = disagg(1, 1, None);
     c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
-    c.engine.block_size = 16;
+    c.engine.block_size = Some(16);
     let mut decode = c.engine.clone();
-    decode.block_size = 48;
+    decode.block_size = Some(48);
     c.decode.engine = Some(decode);
     let rows = Rows::new(64, &[(0.0, 128, 2, &[7, 8]), (1000.0, 128, 2, &[7, 9])]);
     let r = rows.replay(&c);

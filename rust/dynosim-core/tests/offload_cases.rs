@@ -43,7 +43,7 @@ fn phases(push_to_g3: &[bool]) -> Rows {
 fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimConfig {
     let mut c = SimConfig::default();
     c.cluster.num_workers = workers;
-    c.engine.block_size = BLOCK as u32;
+    c.engine.block_size = Some(BLOCK as u32);
     c.engine.num_gpu_blocks = 5;
     c.timing = TimingConfig::Fixed(FixedTiming {
         prefill_ms: 10.0,

@@ -12,9 +12,9 @@ use proptest::prelude::*;
 fn small(num_gpu_blocks: u32, budget: u32) -> SimConfig {
     let mut c = SimConfig::default();
     c.cluster.num_workers = 1;
-    c.engine.block_size = 4;
+    c.engine.block_size = Some(4);
     c.engine.num_gpu_blocks = num_gpu_blocks;
-    c.engine.max_num_batched_tokens = budget;
+    c.engine.max_num_batched_tokens = Some(budget);
     c.timing = TimingConfig::Fixed(FixedTiming {
         prefill_ms: 10.0,
         decode_ms: 1.0,
@@ -49,7 +49,7 @@ fn chunked_prefill_spans_passes() {
 fn unchunked_prefill_takes_one_pass() {
     let rows = Rows::new(4, &[(0.0, 10, 2, &[1, 2, 3])]);
     let mut c = small(100, 4);
-    c.engine.enable_chunked_prefill = false;
+    c.engine.enable_chunked_prefill = Some(false);
     let r = rows.replay(&c);
     assert_eq!(r.derived.ttft_ms[0], 10.0);
     assert_eq!(r.summary.num_passes, 2);
@@ -110,7 +110,7 @@ fn fifo_and_lifo_preempt_different_requests() {
     let r = rows.replay(&c);
     assert_eq!(r.records.preemptions, [0, 0, 1]);
     assert_eq!(r.derived.e2e_ms, [17.0, 17.0, 29.0]);
-    c.engine.preemption_mode = dynosim_core::config::PreemptionMode::Fifo;
+    c.engine.preemption_mode = Some(dynosim_core::config::PreemptionMode::Fifo);
     let r = rows.replay(&c);
     assert_eq!(r.records.preemptions, [0, 1, 0]);
     assert_eq!(r.derived.e2e_ms, [17.0, 29.0, 17.0]);
@@ -133,7 +133,7 @@ fn fifo_preemption_cannot_livelock() {
     let mut c = small(24, 9);
     c.cluster.num_workers = 2;
     c.engine.max_num_seqs = 2;
-    c.engine.preemption_mode = dynosim_core::config::PreemptionMode::Fifo;
+    c.engine.preemption_mode = Some(dynosim_core::config::PreemptionMode::Fifo);
     let r = rows.replay(&c);
     assert_eq!(r.summary.completed_requests, 5);
 }
@@ -237,9 +237,9 @@ proptest! {
         let mut c = small(blocks, budget);
         c.engine.max_num_seqs = seqs;
         c.cluster.num_workers = workers;
-        c.engine.enable_chunked_prefill = chunked;
+        c.engine.enable_chunked_prefill = Some(chunked);
         if fifo {
-            c.engine.preemption_mode = dynosim_core::config::PreemptionMode::Fifo;
+            c.engine.preemption_mode = Some(dynosim_core::config::PreemptionMode::Fifo);
         }
         let r = rows.replay(&c);
         let s = &r.summary;

@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dynosim_core::config::{AicTiming, KvShape};
+use dynosim_core::config::{AicTiming, EngineConfig, FlavourDefaults, KvShape};
 use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::{
@@ -87,6 +87,22 @@ impl Progress {
 #[pyfunction]
 fn default_config_json() -> String {
     SimConfig::default().to_json()
+}
+
+/// Every engine flavour's settings at their defaults, by backend name, as JSON (an engine's
+/// unset flavour settings take these).
+#[pyfunction]
+fn engine_defaults_json() -> String {
+    FlavourDefaults::all_json().to_string()
+}
+
+/// The token budget of one pass of an engine section (JSON): vLLM's max_num_batched_tokens,
+/// TensorRT-LLM's max_num_tokens, SGLang's max_prefill_tokens.
+#[pyfunction]
+fn engine_pass_token_budget(py: Python<'_>, engine_json: &str) -> PyResult<u32> {
+    let engine: EngineConfig = serde_json::from_str(engine_json)
+        .map_err(|e| to_py_err(py, SimError::ConfigFormat(e.to_string())))?;
+    Ok(engine.pass_token_budget())
 }
 
 /// The JSON of the aic timing fields a section may leave out, with their values.
@@ -395,5 +411,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;
     m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
+    m.add_function(wrap_pyfunction!(engine_defaults_json, m)?)?;
+    m.add_function(wrap_pyfunction!(engine_pass_token_budget, m)?)?;
     Ok(())
 }

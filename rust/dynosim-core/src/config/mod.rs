@@ -14,14 +14,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SimError};
 pub use cluster::{ClusterConfig, RouterMode, ServingMode};
-pub use engine::{EngineConfig, PreemptionMode};
+pub use engine::{
+    Backend, CapacityScheduler, EngineConfig, FlavourDefaults, FlavourSettings, PreemptionMode,
+    SchedulePolicy, SglangSettings, TrtllmSettings, VllmSettings,
+};
 pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, TransferSizing};
 pub use offload::OffloadConfig;
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
-pub use timing::{
-    AicTiming, Backend, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig,
-};
+pub use timing::{AicTiming, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig};
 
 /// Settings of one role in disaggregated mode; each one given replaces the shared `engine` or
 /// `timing` section as a whole for that role.

@@ -16,7 +16,8 @@ pub struct RoleView<'a> {
     /// Workers of this role.
     pub workers: u32,
     pub gpus_per_worker: u32,
-    pub engine: &'a EngineConfig,
+    /// The role's engine with every setting of its flavour set (defaults where unset).
+    pub engine: EngineConfig,
     pub timing: &'a TimingConfig,
     /// Dotted paths of the sections `engine` and `timing` came from (`prefill.engine` when the
     /// role has its own, else `engine`).
@@ -106,7 +107,7 @@ impl SimConfig {
                     role,
                     workers,
                     gpus_per_worker: engine.gpus_per_worker(),
-                    engine,
+                    engine: engine.with_defaults(),
                     timing,
                     engine_path,
                     timing_path,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, positive, Result, SimError};
+use super::{at_least_one, positive, Backend, Result, SimError};
 
 /// Dynamo mocker's uncalibrated step-time polynomial:
 /// prefill_ms(T) = 4.209989e-7 T^2 + 1.518344e-2 T + 16.50142 over T uncached prompt tokens,
@@ -78,15 +78,6 @@ pub struct OpTables {
     pub decode_context: Vec<f64>,
     /// Decode attention (ms), `[batch][context]`.
     pub decode_attention_ms: Vec<Vec<f64>>,
-}
-
-/// The serving engine whose measured kernels AIConfigurator prices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    Trtllm,
-    Vllm,
-    Sglang,
 }
 
 /// Step times from AIConfigurator's performance database. The simulator itself reads tables

@@ -1,3 +1,7 @@
-//! KV caches of one rank.
+//! A rank's KV memory: the caches the engine flavours keep their prompt KV in (full blocks
+//! hashed by prefix, and SGLang's token radix tree).
 
+pub mod blocks;
 pub mod radix;
+
+pub use blocks::{KvCache, PrefixHit};

@@ -117,7 +117,7 @@ impl Cluster {
         // blocks of both sizes).
         let mut tables: Vec<Arc<BlockIds>> = Vec::new();
         for &(role, _) in &pools {
-            let size = config.role(role).0.block_size;
+            let size = config.role(role).0.block_size();
             if !tables.iter().any(|t| t.block_size() == size) {
                 let first = tables.last().map_or(0, |t| t.end());
                 tables.push(match prepared {
@@ -129,9 +129,11 @@ impl Cluster {
         let ids_end = tables.last().map_or(0, |t| t.end());
         for &(role, count) in &pools {
             let (engine, timing) = config.role(role);
-            let table = tables.iter().find(|t| t.block_size() == engine.block_size);
+            let table = tables
+                .iter()
+                .find(|t| t.block_size() == engine.block_size());
             let table = table.expect("a table per block size");
-            let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size);
+            let kv_tokens = u64::from(engine.num_gpu_blocks) * u64::from(engine.block_size());
             let dp = engine.data_parallel_size as usize;
             for _ in 0..count {
                 workers.push(Worker {
@@ -142,7 +144,7 @@ impl Cluster {
                 });
                 for _ in 0..dp {
                     let timer = StepTimer::new(timing.clone(), kv_tokens);
-                    ranks.push(Scheduler::new(role, engine.clone(), timer, table.clone()));
+                    ranks.push(Scheduler::new(role, engine, timer, table.clone())?);
                 }
             }
             if role == Role::Prefill {
@@ -155,7 +157,7 @@ impl Cluster {
             0
         };
         let n = workers.len();
-        let block_sizes: Vec<u32> = ranks.iter().map(Scheduler::block_size).collect();
+        let block_sizes: Vec<u32> = ranks.iter().map(|r| r.block_size()).collect();
         let tiers = Tiers::new(config, &block_sizes, ids_end)?;
         if tiers.is_some() {
             for rank in &mut ranks {
@@ -211,10 +213,15 @@ impl Cluster {
             let last = workers[pool.end - 1].ranks().end;
             let ids = ranks[first].block_ids();
             let prompt_blocks = workload.input_length[i].div_ceil(ids.block_size());
-            let candidates = ranks[first..last]
-                .iter()
-                .map(|r| (r.cache(), r.waiting_blocks()));
-            first + router.route_by_cache(ids.of(i), prompt_blocks, candidates)
+            let prompt = ids.of(i);
+            let candidates = ranks[first..last].iter().map(|r| {
+                (
+                    r.prefix_hit(prompt).blocks,
+                    r.active_blocks(),
+                    r.waiting_blocks(),
+                )
+            });
+            first + router.route_by_cache(prompt_blocks, candidates)
         } else {
             let w = pool.start + router.route(pool.len());
             workers[w].pick_rank(ranks)
@@ -253,7 +260,7 @@ impl Cluster {
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
             let ids = sched.prompt_ids(handle);
-            let hit = sched.cache().lookup(ids);
+            let hit = sched.prefix_hit(ids);
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
             let i = sched.request_of(handle);

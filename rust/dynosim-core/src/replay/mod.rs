@@ -212,7 +212,7 @@ fn run(
     for w in &cluster.ranks {
         counters.passes += w.passes();
         counters.preemptions += w.preemptions();
-        counters.evictions += w.cache().evictions();
+        counters.evictions += w.evictions();
     }
     counters.events = cluster.events;
     counters.rate_recomputations = cluster.transport.recomputations();

@@ -36,7 +36,7 @@ impl Sampler {
                 cluster
                     .workers
                     .iter()
-                    .map(|w| w.ranks().map(|r| ranks[r].cache().active()).sum::<u32>()),
+                    .map(|w| w.ranks().map(|r| ranks[r].active_blocks()).sum::<u32>()),
             );
             if let Some(tiers) = &cluster.tiers {
                 s.g2_blocks_used.push(tiers.g2_used());

@@ -1,14 +1,14 @@
-//! One rank's vLLM-like engine (a worker has one per data-parallel rank): a waiting queue,
-//! running requests, a token budget per pass, chunked prefill and recompute preemption, over one
-//! `KvCache`.
+//! The vLLM-like flavour of a rank's engine: a waiting queue, running requests, a token budget
+//! per pass, chunked prefill and recompute preemption, over one `KvCache`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{EngineConfig, PreemptionMode, Role};
-use crate::kv_cache::{KvCache, PrefixHit};
+use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
+use crate::scheduler::Engine;
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -84,11 +84,22 @@ impl Seq {
     }
 }
 
-/// The engine of one worker.
+/// The engine settings a vLLM-like rank reads, defaults filled in.
 #[derive(Debug, Clone)]
-pub struct Scheduler {
+struct Limits {
+    block_size: u32,
+    num_gpu_blocks: u32,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    enable_chunked_prefill: bool,
+    preemption_mode: PreemptionMode,
+}
+
+/// The vLLM-like engine of one rank.
+#[derive(Debug, Clone)]
+pub struct VllmScheduler {
     role: Role,
-    config: EngineConfig,
+    config: Limits,
     cache: KvCache,
     /// Prompt block identities of every request at this rank's block size.
     ids: Arc<BlockIds>,
@@ -114,11 +125,20 @@ pub struct Scheduler {
     preemptions: u64,
 }
 
-impl Scheduler {
+impl VllmScheduler {
     /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`).
-    pub fn new(role: Role, config: EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
+    pub fn new(role: Role, config: &EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
+        let vllm = config.vllm();
+        let config = Limits {
+            block_size: config.block_size(),
+            num_gpu_blocks: config.num_gpu_blocks,
+            max_num_seqs: config.max_num_seqs,
+            max_num_batched_tokens: vllm.max_num_batched_tokens,
+            enable_chunked_prefill: vllm.enable_chunked_prefill,
+            preemption_mode: vllm.preemption_mode,
+        };
         debug_assert_eq!(ids.block_size(), config.block_size);
-        Scheduler {
+        VllmScheduler {
             role,
             cache: KvCache::new(config.num_gpu_blocks, ids.end()),
             ids,
@@ -151,23 +171,6 @@ impl Scheduler {
             0
         } else {
             self.blocks_for(u64::from(tokens)) as u32 - held
-        }
-    }
-
-    /// Why a request of `prompt` and `output` tokens can never be served by this worker, if it
-    /// cannot: its prompt plus one token, or (unless it only prefills here) everything it must
-    /// hold at its last token, exceeds the whole cache.
-    pub fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
-        let capacity = u64::from(self.config.num_gpu_blocks);
-        let prompt = u64::from(prompt);
-        if self.blocks_for(prompt + 1) > capacity {
-            Some(RejectReason::PromptExceedsCache)
-        } else if self.role != Role::Prefill
-            && self.blocks_for(prompt + u64::from(output) - 1) > capacity
-        {
-            Some(RejectReason::OutputExceedsCache)
-        } else {
-            None
         }
     }
 
@@ -204,21 +207,133 @@ impl Scheduler {
         self.spare.push(id);
     }
 
+    /// Queue `id` at the back, or at the front (a preempted request goes first again).
+    fn push_waiting(&mut self, id: u32, front: bool) {
+        let target = self.seqs[id as usize].target();
+        self.waiting_blocks += self.blocks_for(u64::from(target));
+        if front {
+            self.waiting.push_front(id);
+        } else {
+            self.waiting.push_back(id);
+        }
+    }
+
+    /// The limits a pass must keep, checked after each one in debug builds: sequence slots,
+    /// the token budget, the cache's capacity, and the block accounting (every block a request
+    /// holds is counted once by the cache).
+    #[cfg(debug_assertions)]
+    fn check_invariants(&self) {
+        let max = self.config.max_num_seqs as usize;
+        assert!(
+            self.seqs_in_use() <= max,
+            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
+            self.running.len(),
+            self.receiving,
+            self.onboarding
+        );
+        let tokens: u64 = self
+            .in_pass
+            .iter()
+            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
+            .sum();
+        // An unchunked prompt larger than the budget runs alone rather than never.
+        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
+        assert!(
+            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
+            "{tokens} tokens scheduled over a budget of {}",
+            self.config.max_num_batched_tokens
+        );
+        let cache = &self.cache;
+        assert!(cache.active() + cache.inactive() <= cache.capacity());
+        let (slots, private) = self.seqs.iter().fold((0u64, 0u64), |(s, p), q| {
+            (s + q.slots.len() as u64, p + u64::from(q.private))
+        });
+        let (named, references) = cache.held_by_name();
+        assert_eq!(
+            slots, references,
+            "block references differ from the requests' slots"
+        );
+        assert_eq!(
+            u64::from(named) + private,
+            u64::from(cache.active()),
+            "active blocks differ from the named and private blocks requests hold"
+        );
+    }
+
+    /// Release running request `running[vi]` and send it back to the front of the queue to be
+    /// recomputed.
+    fn preempt(&mut self, vi: usize, records: &mut Records) {
+        let id = self.running.remove(vi);
+        let seq = &mut self.seqs[id as usize];
+        debug_assert!(!seq.in_pass, "victims are not scheduled in this pass yet");
+        self.cache.release(&seq.slots, seq.private);
+        seq.slots.clear();
+        seq.private = 0;
+        seq.named = 0;
+        seq.computed = 0;
+        seq.prefilling = true;
+        records.preemptions[seq.request as usize] += 1;
+        self.preemptions += 1;
+        self.push_waiting(id, true);
+    }
+
+    /// Sequence slots taken toward `max_num_seqs`, the one count every admission checks:
+    /// running requests, and those holding blocks while their KV arrives from a prefill worker
+    /// or comes up from the offload tiers (each joins the running batch next).
+    fn seqs_in_use(&self) -> usize {
+        self.running.len() + self.receiving as usize + self.onboarding as usize
+    }
+
+    /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
+    /// blocks so later requests can share them.
+    fn schedule(&mut self, id: u32, n: u32, need: u32) {
+        if need > 0 {
+            self.cache.allocate(need);
+        }
+        let bs = self.config.block_size;
+        let seq = &mut self.seqs[id as usize];
+        seq.private += need;
+        seq.pass_tokens = n;
+        seq.computed += n;
+        seq.in_pass = true;
+        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
+        self.in_pass.push(id);
+    }
+}
+
+impl Engine for VllmScheduler {
+    /// Why a request of `prompt` and `output` tokens can never be served by this worker, if it
+    /// cannot: its prompt plus one token, or (unless it only prefills here) everything it must
+    /// hold at its last token, exceeds the whole cache.
+    fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
+        let capacity = u64::from(self.config.num_gpu_blocks);
+        let prompt = u64::from(prompt);
+        if self.blocks_for(prompt + 1) > capacity {
+            Some(RejectReason::PromptExceedsCache)
+        } else if self.role != Role::Prefill
+            && self.blocks_for(prompt + u64::from(output) - 1) > capacity
+        {
+            Some(RejectReason::OutputExceedsCache)
+        } else {
+            None
+        }
+    }
+
     /// Queue request `i` (it has passed `never_fits`).
-    pub fn enqueue(&mut self, workload: &Workload, i: usize) {
+    fn enqueue(&mut self, workload: &Workload, i: usize) {
         let id = self.new_seq(workload, i);
         self.push_waiting(id, false);
     }
 
     /// Prefill role: the requests whose prompt finished since the last call, as
     /// (request, handle); each holds its KV until `release_handoff(handle)`.
-    pub fn take_handoffs(&mut self) -> std::vec::Drain<'_, (u32, u32)> {
+    fn take_handoffs(&mut self) -> std::vec::Drain<'_, (u32, u32)> {
         self.handoffs.drain(..)
     }
 
     /// Prefill role: the transfer of a handed-off request is done; free its blocks (they stay
     /// cached for later prompts with the same prefix).
-    pub fn release_handoff(&mut self, handle: u32) {
+    fn release_handoff(&mut self, handle: u32) {
         self.held_for_transfer -= 1;
         self.free_seq(handle);
     }
@@ -226,45 +341,45 @@ impl Scheduler {
     /// Whether blocks are tied to flows still under way: KV transfers (outgoing on a prefill
     /// rank, incoming on a decode rank) or onboarding from the offload tiers. They come free, or
     /// their requests can run, when those flows end.
-    pub fn awaits_transfers(&self) -> bool {
+    fn awaits_transfers(&self) -> bool {
         self.held_for_transfer > 0 || self.receiving > 0 || self.onboarding > 0
     }
 
     /// Offload tiers: whether requests hold blocks while their prefix comes up from G2/G3.
-    pub fn is_onboarding(&self) -> bool {
+    fn is_onboarding(&self) -> bool {
         self.onboarding > 0
     }
 
     /// Offload tiers: keep the identities of blocks this rank's cache evicts.
-    pub fn record_evictions(&mut self) {
+    fn record_evictions(&mut self) {
         self.cache.record_evictions();
     }
 
     /// Offload tiers: move the identities of blocks evicted since the last call (least recent
     /// first) to the end of `out`.
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
+    fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
         self.cache.drain_evicted_into(out);
     }
 
     /// The workload row of request `handle`.
-    pub fn request_of(&self, handle: u32) -> usize {
+    fn request_of(&self, handle: u32) -> usize {
         self.seqs[handle as usize].request as usize
     }
 
     /// The prompt block identities of every request at this rank's block size.
-    pub fn block_ids(&self) -> &BlockIds {
+    fn block_ids(&self) -> &BlockIds {
         &self.ids
     }
 
     /// The identities of the full prompt blocks of prepared request `handle`.
-    pub fn prompt_ids(&self, handle: u32) -> &[BlockId] {
+    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
         self.ids.of(self.seqs[handle as usize].request as usize)
     }
 
     /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
     /// to one token budget of work, the one crossing it included, and `max_num_seqs`) and that
     /// were never looked up in G2/G3. Each is marked looked up.
-    pub fn take_unchecked_heads(&mut self, out: &mut Vec<u32>) {
+    fn take_unchecked_heads(&mut self, out: &mut Vec<u32>) {
         out.clear();
         let budget = u64::from(self.config.max_num_batched_tokens);
         let room = (self.config.max_num_seqs as usize).saturating_sub(self.seqs_in_use());
@@ -283,7 +398,7 @@ impl Scheduler {
     }
 
     /// Offload tiers: take waiting request `handle` out of the queue to onboard its blocks.
-    pub fn unqueue(&mut self, handle: u32) {
+    fn unqueue(&mut self, handle: u32) {
         let at = self.waiting.iter().position(|&id| id == handle);
         let at = at.expect("unqueue takes a waiting request");
         self.waiting.remove(at);
@@ -294,7 +409,7 @@ impl Scheduler {
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
     /// private blocks for the following prompt blocks that come up from G2/G3 (as
     /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now.
-    pub fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
+    fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
         if self.cache.available() < hit.inactive + blocks {
             return false;
         }
@@ -312,7 +427,7 @@ impl Scheduler {
     /// Offload tiers: the blocks of held request `handle` are in G1. Name them, release the
     /// hold (they stay cached, most recent) and queue the request first: it is admitted with
     /// them as prefix hits.
-    pub fn finish_onboard(&mut self, handle: u32) {
+    fn finish_onboard(&mut self, handle: u32) {
         self.onboarding -= 1;
         let seq = &mut self.seqs[handle as usize];
         let end = seq.named + seq.private;
@@ -327,7 +442,7 @@ impl Scheduler {
     /// Decode role: reserve blocks for request `i`'s prompt KV arriving from a prefill worker.
     /// Returns (handle, prompt tokens this worker already caches), or `None` when there is no
     /// room yet (no sequence slot or too few free blocks).
-    pub fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
+    fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)> {
         if self.seqs_in_use() >= self.config.max_num_seqs as usize {
             return None;
         }
@@ -346,7 +461,7 @@ impl Scheduler {
     /// Decode role: the KV of reserved request `handle` has arrived at `now` and it joins the
     /// running batch. With `first_token_now` its first token counts from now (it finishes at
     /// once if it wanted one token); otherwise its next pass emits the first token.
-    pub fn activate_remote(
+    fn activate_remote(
         &mut self,
         handle: u32,
         now: f64,
@@ -376,74 +491,64 @@ impl Scheduler {
         }
     }
 
-    /// Sequence slots taken toward `max_num_seqs`, the one count every admission checks:
-    /// running requests, and those holding blocks while their KV arrives from a prefill worker
-    /// or comes up from the offload tiers (each joins the running batch next).
-    fn seqs_in_use(&self) -> usize {
-        self.running.len() + self.receiving as usize + self.onboarding as usize
-    }
-
     /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
     /// (vllm/v1/engine/core_client.py): requests holding blocks while their KV arrives or comes
     /// up from the tiers count as waiting, as vLLM keeps them in its waiting queues.
-    pub fn load_score(&self) -> u64 {
+    fn load_score(&self) -> u64 {
         let waiting = self.waiting.len() + self.receiving as usize + self.onboarding as usize;
         4 * waiting as u64 + self.running.len() as u64
     }
 
-    /// Queue `id` at the back, or at the front (a preempted request goes first again).
-    fn push_waiting(&mut self, id: u32, front: bool) {
-        let target = self.seqs[id as usize].target();
-        self.waiting_blocks += self.blocks_for(u64::from(target));
-        if front {
-            self.waiting.push_front(id);
-        } else {
-            self.waiting.push_back(id);
-        }
-    }
-
     /// Blocks the queue will need: waiting requests' prompts (and recomputed tokens).
-    pub fn waiting_blocks(&self) -> u64 {
+    fn waiting_blocks(&self) -> u64 {
         self.waiting_blocks
     }
 
     /// Tokens per KV block of this rank.
-    pub fn block_size(&self) -> u32 {
+    fn block_size(&self) -> u32 {
         self.config.block_size
     }
 
-    pub fn is_busy(&self) -> bool {
+    fn is_busy(&self) -> bool {
         self.busy
     }
 
-    pub fn has_work(&self) -> bool {
+    fn has_work(&self) -> bool {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
-    pub fn waiting_len(&self) -> usize {
+    fn waiting_len(&self) -> usize {
         self.waiting.len()
     }
 
-    pub fn running_len(&self) -> usize {
+    fn running_len(&self) -> usize {
         self.running.len()
     }
 
-    pub fn cache(&self) -> &KvCache {
-        &self.cache
+    fn prefix_hit(&self, ids: &[BlockId]) -> PrefixHit {
+        self.cache.lookup(ids)
     }
 
-    pub fn passes(&self) -> u64 {
+    fn active_blocks(&self) -> u32 {
+        self.cache.active()
+    }
+
+    fn evictions(&self) -> u64 {
+        self.cache.evictions()
+    }
+
+    fn passes(&self) -> u64 {
         self.passes
     }
 
-    pub fn preemptions(&self) -> u64 {
+    fn preemptions(&self) -> u64 {
         self.preemptions
     }
 
     /// Plan the next pass at `now`: running requests spend the token budget first, then waiting
     /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass
     /// duration (ms), or `None` when nothing could be scheduled.
-    pub fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted = false;
@@ -546,48 +651,6 @@ impl Scheduler {
         Some(self.timer.pass_ms(&shape))
     }
 
-    /// The limits a pass must keep, checked after each one in debug builds: sequence slots,
-    /// the token budget, the cache's capacity, and the block accounting (every block a request
-    /// holds is counted once by the cache).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        let max = self.config.max_num_seqs as usize;
-        assert!(
-            self.seqs_in_use() <= max,
-            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
-            self.running.len(),
-            self.receiving,
-            self.onboarding
-        );
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
-        // An unchunked prompt larger than the budget runs alone rather than never.
-        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
-        assert!(
-            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
-            "{tokens} tokens scheduled over a budget of {}",
-            self.config.max_num_batched_tokens
-        );
-        let cache = &self.cache;
-        assert!(cache.active() + cache.inactive() <= cache.capacity());
-        let (slots, private) = self.seqs.iter().fold((0u64, 0u64), |(s, p), q| {
-            (s + q.slots.len() as u64, p + u64::from(q.private))
-        });
-        let (named, references) = cache.held_by_name();
-        assert_eq!(
-            slots, references,
-            "block references differ from the requests' slots"
-        );
-        assert_eq!(
-            u64::from(named) + private,
-            u64::from(cache.active()),
-            "active blocks differ from the named and private blocks requests hold"
-        );
-    }
-
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass
     /// left in flight and how many passes ended here.
     ///
@@ -599,7 +662,7 @@ impl Scheduler {
     /// before `horizon` (ms), the next instant anything outside this rank can reach it. Nothing
     /// the rest of the simulator observes changes (queue, running set, cache, finished
     /// requests), so only the virtual clock, the tokens and the inter-token latencies move.
-    pub fn run_plain_decodes(
+    fn run_plain_decodes(
         &mut self,
         start: f64,
         end: f64,
@@ -660,43 +723,10 @@ impl Scheduler {
         (end, u64::from(passes))
     }
 
-    /// Give `id` `n` tokens of this pass and `need` new blocks, naming its newly full prompt
-    /// blocks so later requests can share them.
-    fn schedule(&mut self, id: u32, n: u32, need: u32) {
-        if need > 0 {
-            self.cache.allocate(need);
-        }
-        let bs = self.config.block_size;
-        let seq = &mut self.seqs[id as usize];
-        seq.private += need;
-        seq.pass_tokens = n;
-        seq.computed += n;
-        seq.in_pass = true;
-        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
-        self.in_pass.push(id);
-    }
-
-    /// Release running request `running[vi]` and send it back to the front of the queue to be
-    /// recomputed.
-    fn preempt(&mut self, vi: usize, records: &mut Records) {
-        let id = self.running.remove(vi);
-        let seq = &mut self.seqs[id as usize];
-        debug_assert!(!seq.in_pass, "victims are not scheduled in this pass yet");
-        self.cache.release(&seq.slots, seq.private);
-        seq.slots.clear();
-        seq.private = 0;
-        seq.named = 0;
-        seq.computed = 0;
-        seq.prefilling = true;
-        records.preemptions[seq.request as usize] += 1;
-        self.preemptions += 1;
-        self.push_waiting(id, true);
-    }
-
     /// End the pass at `now`: every request whose KV caught up emits a token; finished ones
     /// release their blocks. On a prefill worker a request leaves once its prompt is done,
     /// keeping its KV for the transfer (see `take_handoffs`).
-    pub fn finish_pass(&mut self, now: f64, records: &mut Records) {
+    fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
         let mut any_left = false;
         for &id in &self.in_pass {

@@ -1,0 +1,138 @@
+//! One rank's engine (a worker has one per data-parallel rank), in the flavour of the serving
+//! engine it models (`engine.backend`): what every flavour offers the replay loop (`Engine`),
+//! and the flavours themselves, one per file.
+
+pub mod vllm;
+
+use std::sync::Arc;
+
+use crate::block_ids::{BlockId, BlockIds};
+use crate::config::{Backend, EngineConfig, Role};
+use crate::error::{Result, SimError};
+use crate::kv::PrefixHit;
+use crate::report::{Records, RejectReason};
+use crate::timing::StepTimer;
+use crate::workload::Workload;
+
+pub use vllm::VllmScheduler;
+
+/// What the replay loop asks of one rank's engine, whatever its flavour. Requests are rows of
+/// the workload; a handle names a request inside the engine (for transfers and onboarding).
+pub trait Engine {
+    /// Why a request of `prompt` and `output` tokens can never be served by this rank, if so.
+    fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason>;
+    /// Queue request `i` (it has passed `never_fits`).
+    fn enqueue(&mut self, workload: &Workload, i: usize);
+    /// Plan the next pass at `now`; its duration (ms), or `None` when nothing could run.
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64>;
+    /// End the pass at `now`: emit tokens, finish requests, free their memory.
+    fn finish_pass(&mut self, now: f64, records: &mut Records);
+    /// Chain plain decode passes without the event loop (see the vLLM flavour); returns the end
+    /// (ms) of the pass left in flight and how many passes ended here. A flavour without the
+    /// shortcut returns `(end, 0)`.
+    fn run_plain_decodes(
+        &mut self,
+        start: f64,
+        end: f64,
+        horizon: f64,
+        records: &mut Records,
+    ) -> (f64, u64);
+
+    /// Prefill role: requests whose prompt finished since the last call, as (request, handle).
+    fn take_handoffs(&mut self) -> std::vec::Drain<'_, (u32, u32)>;
+    /// Prefill role: the transfer of handed-off request `handle` is done; free its memory.
+    fn release_handoff(&mut self, handle: u32);
+    /// Decode role: reserve room for request `i`'s prompt KV arriving from a prefill worker:
+    /// (handle, prompt tokens already cached here), or `None` when there is no room yet.
+    fn reserve_remote(&mut self, workload: &Workload, i: usize) -> Option<(u32, u32)>;
+    /// Decode role: the KV of reserved request `handle` arrived at `now`; it joins the batch.
+    fn activate_remote(&mut self, handle: u32, now: f64, first_token_now: bool, r: &mut Records);
+    /// Whether memory is tied to flows still under way (KV transfers, onboarding).
+    fn awaits_transfers(&self) -> bool;
+
+    /// Offload tiers: whether requests hold memory while their prefix comes up from G2/G3.
+    fn is_onboarding(&self) -> bool;
+    /// Offload tiers: keep the identities of blocks this rank's cache evicts.
+    fn record_evictions(&mut self);
+    /// Offload tiers: move the identities evicted since the last call to the end of `out`.
+    fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>);
+    /// Offload tiers: waiting requests the next pass could admit, never looked up in G2/G3.
+    fn take_unchecked_heads(&mut self, out: &mut Vec<u32>);
+    /// Offload tiers: take waiting request `handle` out of the queue to onboard its blocks.
+    fn unqueue(&mut self, handle: u32);
+    /// Offload tiers: hold room for `handle`'s G1 prefix `hit` and `blocks` onboarded blocks;
+    /// false, holding nothing, when there is no room now.
+    fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool;
+    /// Offload tiers: the onboarded blocks of `handle` are in G1; queue it first.
+    fn finish_onboard(&mut self, handle: u32);
+
+    /// The workload row of request `handle`.
+    fn request_of(&self, handle: u32) -> usize;
+    /// The prompt block identities of every request at this rank's block size.
+    fn block_ids(&self) -> &BlockIds;
+    /// The identities of the full prompt blocks of request `handle`.
+    fn prompt_ids(&self, handle: u32) -> &[BlockId];
+    /// The cached prefix of prompt blocks `ids` in this rank's G1.
+    fn prefix_hit(&self, ids: &[BlockId]) -> PrefixHit;
+    /// Blocks held by running requests (the load a cache-aware router sees).
+    fn active_blocks(&self) -> u32;
+    /// Blocks the waiting requests will need.
+    fn waiting_blocks(&self) -> u64;
+    /// Cached blocks evicted so far.
+    fn evictions(&self) -> u64;
+    /// The rank's load as vLLM's data-parallel balancer scores it.
+    fn load_score(&self) -> u64;
+    /// Tokens per KV block of this rank.
+    fn block_size(&self) -> u32;
+    fn is_busy(&self) -> bool;
+    fn has_work(&self) -> bool;
+    fn waiting_len(&self) -> usize;
+    fn running_len(&self) -> usize;
+    fn passes(&self) -> u64;
+    fn preemptions(&self) -> u64;
+}
+
+/// One rank's engine in the flavour its configuration names.
+#[derive(Debug, Clone)]
+pub enum Scheduler {
+    Vllm(VllmScheduler),
+}
+
+impl Scheduler {
+    /// The engine `config.backend` names, for `role`, timed by `timer`, whose requests' prompt
+    /// blocks are named by `ids` (at the engine's block size).
+    pub fn new(
+        role: Role,
+        config: &EngineConfig,
+        timer: StepTimer,
+        ids: Arc<BlockIds>,
+    ) -> Result<Self> {
+        match config.backend {
+            Backend::Vllm => Ok(Scheduler::Vllm(VllmScheduler::new(
+                role, config, timer, ids,
+            ))),
+            other => Err(SimError::config(
+                "engine.backend",
+                format!("the {} engine flavour is not simulated yet", other.name()),
+            )),
+        }
+    }
+}
+
+impl std::ops::Deref for Scheduler {
+    type Target = dyn Engine;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Scheduler::Vllm(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Scheduler {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Scheduler::Vllm(s) => s,
+        }
+    }
+}

@@ -24,29 +24,74 @@ from dynosim.compare.peer import (
     round_robin,
 )
 from dynosim.config import Resolved, RoleView, SimConfig, resolve
-from dynosim.errors import DynosimError
+from dynosim.config.models import ENGINE_DEFAULTS
+from dynosim.errors import ConfigError, DynosimError
 
 PEER = "Dynamo"
+
+
+#: SGLang settings Dynamo's mocker takes (under ``engine.sglang``); the new-token ratio's
+#: start, floor and decay are constants there (0.7, 0.14 of it, 600 steps).
+_SGLANG_PASSED = (
+    "schedule_policy",
+    "max_prefill_tokens",
+    "chunked_prefill_size",
+    "clip_max_new_tokens",
+    "schedule_conservativeness",
+)
+_SGLANG_FIXED = (
+    "init_new_token_ratio",
+    "min_new_token_ratio_factor",
+    "new_token_ratio_decay_steps",
+)
+
+
+def _sglang_engine(role: RoleView) -> dict[str, Any]:
+    """The KV and scheduling fields of a Dynamo SGLang engine. Dynamo's SGLang mocker pages
+    its radix cache at ``block_size`` tokens and holds ``num_gpu_blocks`` pages: dynosim's
+    page size, and the same tokens (``num_gpu_blocks x block_size``)."""
+    e = role.engine
+    for name in _SGLANG_FIXED:
+        if getattr(e, name) is not None and e.setting(name) != ENGINE_DEFAULTS["sglang"][name]:
+            raise ConfigError(
+                f"{role.engine_path}.{name}: {PEER}'s SGLang mocker fixes it at "
+                f"{ENGINE_DEFAULTS['sglang'][name]!r}, got {e.setting(name)!r}"
+            )
+    page = e.setting("page_size")
+    tokens = e.num_gpu_blocks * e.setting("block_size")
+    if tokens % page:
+        raise ConfigError(
+            f"{role.engine_path}.page_size: {PEER} counts its SGLang cache in whole pages; "
+            f"{tokens} tokens (num_gpu_blocks x block_size) are not a multiple of {page}"
+        )
+    sglang = {name: e.setting(name) for name in _SGLANG_PASSED}
+    sglang["schedule_policy"] = {"fcfs": "fifo"}.get(sglang["schedule_policy"], "lpm")
+    return {"block_size": page, "num_gpu_blocks": tokens // page, "sglang": sglang}
 
 
 def _engine_args(role: RoleView) -> dict[str, Any]:
     """One role's Dynamo engine launch config: ``{"engine": {...}}`` plus the rank layout."""
     timing = polynomial_timing(role, PEER)
     e = role.engine
-    args: dict[str, Any] = {
-        "engine": {
-            "block_size": e.block_size,
-            "num_gpu_blocks": e.num_gpu_blocks,
-            "max_num_seqs": e.max_num_seqs,
-            "max_num_batched_tokens": e.max_num_batched_tokens,
-            "enable_chunked_prefill": e.enable_chunked_prefill,
-            "enable_prefix_caching": True,  # dynosim always shares prefixes
-            "preemption_mode": e.preemption_mode,
-            "speedup_ratio": timing.speedup_ratio,
-            "decode_speedup_ratio": timing.decode_speedup_ratio,
-            "worker_type": role.role,  # Dynamo names the roles as dynosim does
-        }
+    engine: dict[str, Any] = {
+        "backend": e.backend,
+        "max_num_seqs": e.max_num_seqs,
+        "enable_prefix_caching": True,  # dynosim always shares prefixes
+        "speedup_ratio": timing.speedup_ratio,
+        "decode_speedup_ratio": timing.decode_speedup_ratio,
+        "worker_type": role.role,  # Dynamo names the roles as dynosim does
     }
+    if e.backend == "sglang":
+        engine.update(_sglang_engine(role))
+    else:
+        engine.update(
+            block_size=e.setting("block_size"),
+            num_gpu_blocks=e.num_gpu_blocks,
+            max_num_batched_tokens=e.setting("max_num_batched_tokens"),
+            enable_chunked_prefill=e.setting("enable_chunked_prefill"),
+            preemption_mode=e.setting("preemption_mode"),
+        )
+    args: dict[str, Any] = {"engine": engine}
     # Rank layout sits beside "engine" in Dynamo's launch config.
     if e.tensor_parallel_size != 1:
         args["tensor_parallel_size"] = e.tensor_parallel_size

@@ -2,11 +2,12 @@
 //! engine it models (`engine.backend`): what every flavour offers the replay loop (`Engine`),
 //! and the flavours themselves, one per file.
 
+pub mod sglang;
 pub mod vllm;
 
 use std::sync::Arc;
 
-use crate::block_ids::{BlockId, BlockIds};
+use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, EngineConfig, Role};
 use crate::error::{Result, SimError};
 use crate::kv::PrefixHit;
@@ -14,6 +15,7 @@ use crate::report::{Records, RejectReason};
 use crate::timing::StepTimer;
 use crate::workload::Workload;
 
+pub use sglang::SglangScheduler;
 pub use vllm::VllmScheduler;
 
 /// What the replay loop asks of one rank's engine, whatever its flavour. Requests are rows of
@@ -73,7 +75,7 @@ pub trait Engine {
     /// The identities of the full prompt blocks of request `handle`.
     fn prompt_ids(&self, handle: u32) -> &[BlockId];
     /// The cached prefix of prompt blocks `ids` in this rank's G1.
-    fn prefix_hit(&self, ids: &[BlockId]) -> PrefixHit;
+    fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit;
     /// Blocks held by running requests (the load a cache-aware router sees).
     fn active_blocks(&self) -> u32;
     /// Blocks the waiting requests will need.
@@ -96,22 +98,36 @@ pub trait Engine {
 #[derive(Debug, Clone)]
 pub enum Scheduler {
     Vllm(VllmScheduler),
+    Sglang(SglangScheduler),
 }
 
 impl Scheduler {
     /// The engine `config.backend` names, for `role`, timed by `timer`, whose requests' prompt
-    /// blocks are named by `ids` (at the engine's block size).
+    /// blocks are named by `ids` (at the engine's block size) and, for the SGLang flavour's
+    /// radix cache, their trace blocks by `chains`.
     pub fn new(
         role: Role,
         config: &EngineConfig,
         timer: StepTimer,
         ids: Arc<BlockIds>,
+        chains: Option<&Arc<TraceChains>>,
     ) -> Result<Self> {
-        match config.backend {
-            Backend::Vllm => Ok(Scheduler::Vllm(VllmScheduler::new(
+        match (config.backend, chains) {
+            (Backend::Vllm, _) => Ok(Scheduler::Vllm(VllmScheduler::new(
                 role, config, timer, ids,
             ))),
-            other => Err(SimError::config(
+            (Backend::Sglang, Some(chains)) => Ok(Scheduler::Sglang(SglangScheduler::new(
+                role,
+                config,
+                timer,
+                ids,
+                chains.clone(),
+            ))),
+            (Backend::Sglang, None) => Err(SimError::config(
+                "engine.backend",
+                "the sglang engine flavour needs the trace's prefix chains".to_string(),
+            )),
+            (other, _) => Err(SimError::config(
                 "engine.backend",
                 format!("the {} engine flavour is not simulated yet", other.name()),
             )),
@@ -125,6 +141,7 @@ impl std::ops::Deref for Scheduler {
     fn deref(&self) -> &Self::Target {
         match self {
             Scheduler::Vllm(s) => s,
+            Scheduler::Sglang(s) => s,
         }
     }
 }
@@ -133,6 +150,7 @@ impl std::ops::DerefMut for Scheduler {
     fn deref_mut(&mut self) -> &mut Self::Target {
         match self {
             Scheduler::Vllm(s) => s,
+            Scheduler::Sglang(s) => s,
         }
     }
 }

@@ -77,7 +77,7 @@ requests_strategy = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     rows=requests_strategy,
     tokens=st.integers(8, 160),
@@ -85,8 +85,13 @@ requests_strategy = st.lists(
     policy=st.sampled_from(["fcfs", "lpm"]),
     workers=st.integers(1, 3),
     seqs=st.integers(1, 8),
+    disaggregated=st.booleans(),
+    router=st.sampled_from(["round_robin", "kv_aware"]),
+    g2_blocks=st.sampled_from([None, 16]),
 )
-def test_every_request_completes_or_is_rejected(rows, tokens, page, policy, workers, seqs):
+def test_every_request_completes_or_is_rejected(
+    rows, tokens, page, policy, workers, seqs, disaggregated, router, g2_blocks
+):
     # Tight caches (8 to 160 tokens) make retractions common.
     t, table = 0.0, []
     for gap, isl, osl, family in rows:
@@ -96,12 +101,17 @@ def test_every_request_completes_or_is_rejected(rows, tokens, page, policy, work
             for k in range(-(-isl // 4))
         ]
         table.append((t, isl, osl, ids))
-    config = {
-        "cluster": {"num_workers": workers},
+    cluster: dict = {"router": router}
+    if disaggregated:
+        cluster.update(mode="disaggregated", num_prefill_workers=workers, num_decode_workers=1)
+    else:
+        cluster.update(num_workers=workers)
+    config: dict = {
+        "cluster": cluster,
         "engine": {
             "backend": "sglang",
-            "block_size": 1,
-            "num_gpu_blocks": tokens,
+            "block_size": 4,
+            "num_gpu_blocks": -(-tokens // 4),
             "max_num_seqs": seqs,
             "page_size": page,
             "schedule_policy": policy,
@@ -109,9 +119,37 @@ def test_every_request_completes_or_is_rejected(rows, tokens, page, policy, work
             "max_prefill_tokens": 32,
         },
         "timing": FIXED,
+        "kv_transfer": {"kv_bytes_per_token": 1e3},
     }
+    if g2_blocks is not None:
+        config["offload"] = {"g2_blocks": g2_blocks, "g1_g2_gbps": 1.0}
     report = dynosim.replay(make_columns(table, 4), config)
     assert_accounted_for(report, len(rows))
+
+
+def test_offload_tiers_onboard_an_evicted_prompt():
+    """One worker, 16-token blocks, 80 tokens of KV, 1 GB/s G2 link, 1e6 bytes per token."""
+    rows = [
+        (0.0, 48, 1, [1, 2, 3]),  # A
+        (20.0, 64, 1, [11, 12, 13, 14]),  # B: needs 64 of 80 tokens
+        (40.0, 64, 1, [11, 12, 13, 14]),  # B again: 63 tokens cached
+        (100.0, 64, 1, [1, 2, 3, 31]),  # C: A's prompt, then one more block
+    ]
+    config = {
+        "cluster": {"num_workers": 1},
+        "engine": {"backend": "sglang", "block_size": 16, "num_gpu_blocks": 5},
+        "timing": FIXED,
+        "kv_transfer": {"kv_bytes_per_token": 1e6},
+        "offload": {"g2_blocks": 8, "g1_g2_gbps": 1.0},
+    }
+    r = dynosim.replay(make_columns(rows, 16), config).requests
+    # B evicts A's prompt, one radix leaf of 48 tokens, whole (its 3 blocks go to G2). C finds
+    # nothing in G1 and A's 3 blocks in G2: 48e6 bytes at 1 GB/s, 100 -> 148 ms (holding them
+    # evicts B), then its last 16 tokens prefill in 10 ms: first token at 158 ms.
+    assert (r["g1_hit_blocks"][3], r["g2_hit_blocks"][3]) == (0, 3)
+    assert (r["onboard_start_ms"][3], r["onboard_end_ms"][3]) == (100.0, 148.0)
+    assert (r["ttft_ms"][3], r["reused_tokens"][3]) == (58.0, 48)
+    assert r["reused_tokens"][2] == 63  # one token is always computed
 
 
 def synthetic_20(tmp_path):

@@ -101,6 +101,8 @@ pub struct SglangScheduler {
     /// The request whose prompt is part-way through chunked prefill; it leads the next batch.
     chunked: Option<u32>,
     running: Vec<u32>,
+    /// Admitted requests whose prompt is not done yet (they join `running` when it is).
+    prefilling: usize,
     in_pass: Vec<u32>,
     /// Tokens all requests hold outside the tree.
     private: u64,
@@ -150,6 +152,7 @@ impl SglangScheduler {
             waiting_tokens: 0,
             chunked: None,
             running: Vec::new(),
+            prefilling: 0,
             in_pass: Vec::new(),
             private: 0,
             new_token_ratio: init,
@@ -299,10 +302,11 @@ impl SglangScheduler {
         }
     }
 
-    /// Running-request slots taken: running requests, and those holding memory while their
-    /// KV arrives or comes up from the tiers (each joins the running batch next).
+    /// Running-request slots taken: running requests, admitted ones still prefilling (in the
+    /// pass in flight or part-way through chunked prefill), and those holding memory while their KV arrives or comes up from the tiers
+    /// (each joins the running batch next).
     fn seats(&self) -> usize {
-        self.running.len() + self.receiving as usize + self.onboarding as usize
+        self.running.len() + self.prefilling + self.receiving as usize + self.onboarding as usize
     }
 
     /// Tokens of output the admission keeps for `seq` besides its uncached tokens: its
@@ -386,7 +390,7 @@ impl SglangScheduler {
             }
         }
         while let Some(&id) = self.waiting.front() {
-            if self.seats() + batch.len() >= self.max_running {
+            if self.seats() >= self.max_running {
                 break;
             }
             let seq = &self.seqs[id as usize];
@@ -427,6 +431,7 @@ impl SglangScheduler {
             rem_chunk -= taken;
             self.waiting.pop_front();
             self.waiting_tokens -= u64::from(target);
+            self.prefilling += 1;
             let seq = &mut self.seqs[id as usize];
             seq.node = node;
             seq.cached = cached;
@@ -559,7 +564,15 @@ impl SglangScheduler {
     #[cfg(debug_assertions)]
     fn check_invariants(&self) {
         assert!(self.tree.cached() + self.private <= self.capacity);
-        assert!(self.seats() <= self.max_running);
+        assert!(
+            self.seats() <= self.max_running,
+            "running {:?} chunked {:?} receiving {} onboarding {} role {:?}",
+            self.running,
+            self.chunked,
+            self.receiving,
+            self.onboarding,
+            self.role
+        );
         // Released requests hold nothing, so every sequence can be summed.
         let private: u64 = self.seqs.iter().map(|s| u64::from(s.private)).sum();
         assert_eq!(
@@ -628,6 +641,10 @@ impl Engine for SglangScheduler {
                 continue;
             }
             let was_prefill = std::mem::replace(&mut seq.prefilling, false);
+            if was_prefill {
+                self.prefilling -= 1;
+            }
+            let seq = &mut self.seqs[id as usize];
             seq.generated += 1;
             let r = seq.request as usize;
             if self.role == Role::Prefill {

@@ -115,3 +115,50 @@ fn a_request_whose_prompt_and_output_fill_the_cache_is_rejected() {
     );
     assert_eq!(r.records.status[1], Status::Completed as u8);
 }
+
+/// A measurement rather than a check (run with `--ignored --nocapture`; needs the shared
+/// traces, `$DYNOSIM_TRACES`): every prompt of the Mooncake conversation trace inserted into one
+/// radix cache with no memory limit, and the heap it takes against the distinct tokens cached.
+#[test]
+#[ignore]
+fn radix_memory_on_the_conversation_trace() {
+    use dynosim_core::block_ids::TraceChains;
+    use dynosim_core::kv::radix::RadixCache;
+    use dynosim_core::{parse_mooncake, Workload};
+    use std::sync::Arc;
+
+    let dir = std::env::var("DYNOSIM_TRACES").unwrap_or("../../../shared/data/traces".into());
+    let path = format!("{dir}/mooncake_conversation.jsonl");
+    let data = std::fs::read(&path).expect("the conversation trace");
+    let rows = parse_mooncake(&data, &path, 512).unwrap();
+    let w = Workload {
+        arrival_ms: &rows.timestamp_ms,
+        input_length: &rows.input_length,
+        output_length: &rows.output_length,
+        hash_offsets: &rows.hash_offsets,
+        hash_ids: &rows.hash_ids,
+        trace_block_size: 512,
+        session: None,
+        delay_ms: None,
+    };
+    let chains = Arc::new(TraceChains::new(&w));
+    let mut tree = RadixCache::new(chains.clone(), 1);
+    let start = std::time::Instant::now();
+    for i in 0..w.len() {
+        tree.insert(i as u32, w.input_length[i]);
+    }
+    let elapsed = start.elapsed();
+    let prompt_tokens: u64 = w.input_length.iter().map(|&n| u64::from(n)).sum();
+    let (bytes, nodes, cached) = (tree.memory_bytes(), tree.node_count(), tree.cached());
+    println!(
+        "{} prompts, {prompt_tokens} prompt tokens, {cached} distinct tokens cached in {nodes} \
+         nodes: {bytes} bytes ({:.1} per node, {:.4} per cached token); chains {} bytes; \
+         {:.1} ms to insert",
+        w.len(),
+        bytes as f64 / nodes as f64,
+        bytes as f64 / cached as f64,
+        chains.memory_bytes(),
+        elapsed.as_secs_f64() * 1e3,
+    );
+    assert!(bytes < 128 * nodes);
+}

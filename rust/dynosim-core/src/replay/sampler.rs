@@ -21,6 +21,11 @@ impl Sampler {
         }
     }
 
+    /// The next grid time not recorded yet.
+    pub(super) fn next_ms(&self) -> f64 {
+        self.next_ms
+    }
+
     /// Record the (unchanged) state at every grid time before `now` (up to and including it
     /// when `inclusive`): the state between two event instants is constant.
     pub(super) fn record_until(&mut self, now: f64, cluster: &Cluster, inclusive: bool) {

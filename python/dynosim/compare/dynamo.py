@@ -46,16 +46,17 @@ _SGLANG_FIXED = (
 )
 
 
-def _sglang_engine(role: RoleView) -> dict[str, Any]:
-    """The KV and scheduling fields of a Dynamo SGLang engine. Dynamo's SGLang mocker pages
-    its radix cache at ``block_size`` tokens and holds ``num_gpu_blocks`` pages: dynosim's
-    page size, and the same tokens (``num_gpu_blocks x block_size``)."""
+def _sglang_args(role: RoleView) -> dict[str, Any]:
+    """A Dynamo SGLang engine's settings. Dynamo's SGLang mocker pages its radix cache at
+    ``block_size`` tokens and holds ``num_gpu_blocks`` pages: dynosim's page size, and the same
+    tokens (``num_gpu_blocks x block_size``)."""
     e = role.engine
     for name in _SGLANG_FIXED:
-        if getattr(e, name) is not None and e.setting(name) != ENGINE_DEFAULTS["sglang"][name]:
+        fixed = ENGINE_DEFAULTS["sglang"][name]
+        if e.setting(name) != fixed:
             raise ConfigError(
-                f"{role.engine_path}.{name}: {PEER}'s SGLang mocker fixes it at "
-                f"{ENGINE_DEFAULTS['sglang'][name]!r}, got {e.setting(name)!r}"
+                f"{role.engine_path}.{name}: {PEER}'s SGLang mocker fixes it at {fixed!r}, "
+                f"got {e.setting(name)!r}"
             )
     page = e.setting("page_size")
     tokens = e.num_gpu_blocks * e.setting("block_size")
@@ -66,32 +67,48 @@ def _sglang_engine(role: RoleView) -> dict[str, Any]:
         )
     sglang = {name: e.setting(name) for name in _SGLANG_PASSED}
     sglang["schedule_policy"] = {"fcfs": "fifo"}.get(sglang["schedule_policy"], "lpm")
-    return {"block_size": page, "num_gpu_blocks": tokens // page, "sglang": sglang}
+    return {
+        "backend": "sglang",
+        "block_size": page,
+        "num_gpu_blocks": tokens // page,
+        "sglang": sglang,
+    }
+
+
+def _flavour_args(role: RoleView) -> dict[str, Any]:
+    """One role's engine flavour in Dynamo's engine settings: its backend, KV cache and
+    scheduling."""
+    e = role.engine
+    if e.backend == "vllm":
+        return {
+            "max_num_batched_tokens": e.setting("max_num_batched_tokens"),
+            "enable_chunked_prefill": e.setting("enable_chunked_prefill"),
+            "preemption_mode": e.setting("preemption_mode"),
+        }
+    if e.backend == "sglang":
+        return _sglang_args(role)
+    raise ConfigError(
+        f"{role.engine_path}.backend: the comparison with {PEER} maps the vllm and sglang "
+        f"engines; got {e.backend}"
+    )
 
 
 def _engine_args(role: RoleView) -> dict[str, Any]:
     """One role's Dynamo engine launch config: ``{"engine": {...}}`` plus the rank layout."""
     timing = polynomial_timing(role, PEER)
     e = role.engine
-    engine: dict[str, Any] = {
-        "backend": e.backend,
-        "max_num_seqs": e.max_num_seqs,
-        "enable_prefix_caching": True,  # dynosim always shares prefixes
-        "speedup_ratio": timing.speedup_ratio,
-        "decode_speedup_ratio": timing.decode_speedup_ratio,
-        "worker_type": role.role,  # Dynamo names the roles as dynosim does
+    args: dict[str, Any] = {
+        "engine": {
+            "block_size": e.setting("block_size"),
+            "num_gpu_blocks": e.num_gpu_blocks,
+            "max_num_seqs": e.max_num_seqs,
+            **_flavour_args(role),
+            "enable_prefix_caching": True,  # dynosim always shares prefixes
+            "speedup_ratio": timing.speedup_ratio,
+            "decode_speedup_ratio": timing.decode_speedup_ratio,
+            "worker_type": role.role,  # Dynamo names the roles as dynosim does
+        }
     }
-    if e.backend == "sglang":
-        engine.update(_sglang_engine(role))
-    else:
-        engine.update(
-            block_size=e.setting("block_size"),
-            num_gpu_blocks=e.num_gpu_blocks,
-            max_num_batched_tokens=e.setting("max_num_batched_tokens"),
-            enable_chunked_prefill=e.setting("enable_chunked_prefill"),
-            preemption_mode=e.setting("preemption_mode"),
-        )
-    args: dict[str, Any] = {"engine": engine}
     # Rank layout sits beside "engine" in Dynamo's launch config.
     if e.tensor_parallel_size != 1:
         args["tensor_parallel_size"] = e.tensor_parallel_size

@@ -417,7 +417,8 @@ impl SglangScheduler {
                 extend
             } else {
                 let trunc = (rem_chunk.max(0) as u32) / page * page;
-                if trunc == 0 {
+                // One request at a time is part-way through its prompt (SGLang asserts it).
+                if trunc == 0 || self.chunked.is_some() {
                     self.tree.unlock(node);
                     break;
                 }

@@ -23,8 +23,16 @@
 //!   re-estimated from the remaining requests: min(1, (tokens generated + 20 x requests) /
 //!   their total output).
 //!
-//! Generated tokens never enter the tree: the workload names prompt tokens only, so nothing
-//! could match them (SGLang caches them too when a request finishes, as unmatched leaves).
+//! Where this differs from SGLang's source: generated tokens never enter the tree (the workload
+//! names prompt tokens only, so nothing could match them; SGLang caches them when a request
+//! finishes); `lpm` orders by a read-only prefix match and has no in-batch prefix
+//! deprioritisation; running slots are `max_num_seqs`; a prefill rank reserves one output token
+//! (its own) and a decode rank only its prompt's pages; when even the last running request has
+//! no room for its next token it is retracted too (SGLang asserts). Where it differs from
+//! Dynamo's mocker and follows SGLang: a pass is a prefill batch or a decode step, never both
+//! (the mocker decodes after every prefill batch); retracted requests queue at the back, the
+//! ratio is re-estimated (the mocker resets it to its start), and retraction goes on until 20
+//! tokens per remaining request are free, ties going to the longest prompt.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from conftest import have, make_columns
 from hypothesis import given, settings
@@ -152,18 +151,18 @@ def test_offload_tiers_onboard_an_evicted_prompt():
     assert r["reused_tokens"][2] == 63  # one token is always computed
 
 
-def synthetic_20(tmp_path):
-    """Dynamo's synthetic case: 20 requests of 1,000 prompt / 50 output tokens, 1 s apart,
-    no shared prefix."""
-    path = tmp_path / "synthetic_20.jsonl"
+def evenly_spaced(tmp_path, n: int, gap_ms: int, isl: int, osl: int):
+    """``n`` requests of ``isl`` prompt / ``osl`` output tokens, ``gap_ms`` apart, no shared
+    prefix."""
+    path = tmp_path / f"spaced_{n}_{gap_ms}_{isl}_{osl}.jsonl"
     rows = [
         {
-            "timestamp": 1000 * i,
-            "input_length": 1000,
-            "output_length": 50,
-            "hash_ids": [2 * i, 2 * i + 1],
+            "timestamp": gap_ms * i,
+            "input_length": isl,
+            "output_length": osl,
+            "hash_ids": [10 * i + k for k in range(-(-isl // 512))],
         }
-        for i in range(20)
+        for i in range(n)
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -177,7 +176,7 @@ def test_synthetic_matches_dynamo_numbers(tmp_path):
         "cluster": {"num_workers": 1},
         "engine": {"backend": "sglang", "num_gpu_blocks": 256},
     }
-    report = dynosim.replay(dynosim.load_trace(synthetic_20(tmp_path)), config)
+    report = dynosim.replay(dynosim.load_trace(evenly_spaced(tmp_path, 20, 1000, 1000, 50)), config)
     s = report.summary
     assert s["completed_requests"] == 20
     assert s["ttft_ms"]["mean"] == pytest.approx(32.11, rel=0.02)
@@ -185,17 +184,24 @@ def test_synthetic_matches_dynamo_numbers(tmp_path):
 
 
 @pytest.mark.skipif(not have("dynamo"), reason="needs the compare extra (Dynamo)")
-def test_synthetic_side_by_side_with_dynamo(tmp_path):
+@pytest.mark.parametrize(
+    ("n", "gap_ms", "isl", "osl"),
+    [
+        (20, 1000, 1000, 50),  # the synthetic case above, through Dynamo's trace replay
+        (100, 20, 1000, 50),  # queueing on a full cache: admission waits, a retraction here
+        (200, 10, 600, 100),  # retractions here
+    ],
+)
+def test_side_by_side_with_dynamo(tmp_path, n, gap_ms, isl, osl):
+    # Dynamo's default SGLang cache, 16,384 tokens: 256 blocks of 64 here.
     from dynosim.compare.dynamo import DynamoReplay
 
     config = dynosim.SimConfig.model_validate(
         {"cluster": {"num_workers": 1}, "engine": {"backend": "sglang", "num_gpu_blocks": 256}}
     )
-    path = synthetic_20(tmp_path)
+    path = evenly_spaced(tmp_path, n, gap_ms, isl, osl)
     theirs = DynamoReplay(path, config, trace_block_size=512).run().summary
     ours = dynosim.replay(dynosim.load_trace(path), config).summary
-    assert theirs["completed_requests"] == ours["completed_requests"] == 20
-    for metric in ("ttft", "tpot", "e2e_latency"):
-        mine = ours[f"{'e2e' if metric == 'e2e_latency' else metric}_ms"]["mean"]
-        assert mine == pytest.approx(theirs[f"mean_{metric}_ms"], rel=0.02), metric
-    assert np.isfinite(theirs["mean_ttft_ms"])
+    assert theirs["completed_requests"] == ours["completed_requests"] == n
+    for metric, key in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2e_latency", "e2e_ms")):
+        assert ours[key]["mean"] == pytest.approx(theirs[f"mean_{metric}_ms"], rel=0.02), metric

@@ -74,7 +74,9 @@ pub trait Engine {
     fn block_ids(&self) -> &BlockIds;
     /// The identities of the full prompt blocks of request `handle`.
     fn prompt_ids(&self, handle: u32) -> &[BlockId];
-    /// The cached prefix of prompt blocks `ids` in this rank's G1.
+    /// The cached prefix, in full blocks, of workload row `request`'s prompt (whose blocks are
+    /// `ids`) in this rank's G1: a block cache looks the identities up, a radix cache the row's
+    /// tokens.
     fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit;
     /// Blocks held by running requests (the load a cache-aware router sees).
     fn active_blocks(&self) -> u32;

@@ -76,3 +76,22 @@ def test_conversation_trace_disaggregated_2p2d(benchmark, conversation, link_mod
 def test_trace_load(benchmark, conversation_path):
     cols = benchmark(lambda: dynosim.load_trace(conversation_path).columns())
     assert len(cols) == 12_031
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_conversation_trace_4_workers_by_flavour(benchmark, conversation, backend):
+    """The engine flavours side by side on 4 aggregated workers (64-token blocks for both; the
+    SGLang flavour's radix cache matches token by token). Compare the two rows' means: the
+    SGLang-like replay should take at most 1.5x the vLLM-like one."""
+    config = dynosim.load_config(
+        {"cluster": {"num_workers": 4}, "engine": {"backend": backend, "block_size": 64}}
+    )
+    report = benchmark(dynosim.replay, conversation, config)
+    s = report.summary
+    assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
+    benchmark.extra_info.update(
+        passes=s["num_passes"],
+        preemptions=s["num_preemptions"],
+        ttft_mean_ms=s["ttft_ms"]["mean"],
+        tpot_mean_ms=s["tpot_ms"]["mean"],
+    )

@@ -24,9 +24,55 @@ from dynosim.compare.peer import (
     round_robin,
 )
 from dynosim.config import Resolved, RoleView, SimConfig, resolve
+from dynosim.config.models import ENGINE_DEFAULTS
 from dynosim.errors import ConfigError, DynosimError
 
 PEER = "Dynamo"
+
+
+#: SGLang settings Dynamo's mocker takes (under ``engine.sglang``); the new-token ratio's
+#: start, floor and decay are constants there (0.7, 0.14 of it, 600 steps).
+_SGLANG_PASSED = (
+    "schedule_policy",
+    "max_prefill_tokens",
+    "chunked_prefill_size",
+    "clip_max_new_tokens",
+    "schedule_conservativeness",
+)
+_SGLANG_FIXED = (
+    "init_new_token_ratio",
+    "min_new_token_ratio_factor",
+    "new_token_ratio_decay_steps",
+)
+
+
+def _sglang_args(role: RoleView) -> dict[str, Any]:
+    """A Dynamo SGLang engine's settings. Dynamo's SGLang mocker pages its radix cache at
+    ``block_size`` tokens and holds ``num_gpu_blocks`` pages: dynosim's page size, and the same
+    tokens (``num_gpu_blocks x block_size``)."""
+    e = role.engine
+    for name in _SGLANG_FIXED:
+        fixed = ENGINE_DEFAULTS["sglang"][name]
+        if e.setting(name) != fixed:
+            raise ConfigError(
+                f"{role.engine_path}.{name}: {PEER}'s SGLang mocker fixes it at {fixed!r}, "
+                f"got {e.setting(name)!r}"
+            )
+    page = e.setting("page_size")
+    tokens = e.num_gpu_blocks * e.setting("block_size")
+    if tokens % page:
+        raise ConfigError(
+            f"{role.engine_path}.page_size: {PEER} counts its SGLang cache in whole pages; "
+            f"{tokens} tokens (num_gpu_blocks x block_size) are not a multiple of {page}"
+        )
+    sglang = {name: e.setting(name) for name in _SGLANG_PASSED}
+    sglang["schedule_policy"] = {"fcfs": "fifo"}.get(sglang["schedule_policy"], "lpm")
+    return {
+        "backend": "sglang",
+        "block_size": page,
+        "num_gpu_blocks": tokens // page,
+        "sglang": sglang,
+    }
 
 
 def _flavour_args(role: RoleView) -> dict[str, Any]:
@@ -58,8 +104,10 @@ def _flavour_args(role: RoleView) -> dict[str, Any]:
             "enable_chunked_prefill": e.enable_chunked_context,
             "trtllm": {"capacity_scheduler_policy": "guaranteed_no_evict"},
         }
+    if e.backend == "sglang":
+        return _sglang_args(role)
     raise ConfigError(
-        f"{role.engine_path}.backend: the comparison with {PEER} maps the vllm and trtllm "
+        f"{role.engine_path}.backend: the comparison with {PEER} maps the vllm, trtllm and sglang "
         f"engines; got {e.backend}"
     )
 
@@ -70,7 +118,7 @@ def _engine_args(role: RoleView) -> dict[str, Any]:
     e = role.engine
     args: dict[str, Any] = {
         "engine": {
-            "block_size": e.block_size,
+            "block_size": e.setting("block_size"),
             "num_gpu_blocks": e.num_gpu_blocks,
             "max_num_seqs": e.max_num_seqs,
             **_flavour_args(role),

@@ -101,6 +101,71 @@ impl BlockIds {
     }
 }
 
+/// Every request's prompt as a sequence of trace blocks named by prefix: the chain of trace
+/// block `j` of request `i` is equal for two requests exactly when their trace hash ids agree
+/// up to block `j`, so two prompts share their first `n` tokens exactly when the chains of the
+/// block holding token `n - 1` are equal. A radix cache compares token runs with this in
+/// O(1) per trace block instead of walking tokens.
+#[derive(Debug, Clone)]
+pub struct TraceChains {
+    trace_block_size: u32,
+    /// Request `i` owns `chains[offsets[i]..offsets[i + 1]]`, one per trace block of its prompt.
+    offsets: Vec<usize>,
+    chains: Vec<u32>,
+    input_length: Vec<u32>,
+}
+
+impl TraceChains {
+    /// Name the trace blocks of every prompt of `workload` (which must be valid).
+    pub fn new(workload: &Workload) -> Self {
+        let tbs = workload.trace_block_size;
+        // (parent chain, trace hash id) -> chain; never iterated.
+        let mut trie: FxHashMap<(u32, u64), u32> =
+            FxHashMap::with_capacity_and_hasher(workload.hash_ids.len(), Default::default());
+        let mut offsets = Vec::with_capacity(workload.len() + 1);
+        offsets.push(0);
+        let mut chains = Vec::with_capacity(workload.hash_ids.len());
+        for i in 0..workload.len() {
+            let blocks = workload.input_length[i].div_ceil(tbs) as usize;
+            let mut parent = ROOT;
+            for &hash in &workload.hashes(i)[..blocks] {
+                let next = trie.len() as u32;
+                parent = *trie.entry((parent, hash)).or_insert(next);
+                chains.push(parent);
+            }
+            offsets.push(chains.len());
+        }
+        TraceChains {
+            trace_block_size: tbs,
+            offsets,
+            chains,
+            input_length: workload.input_length.to_vec(),
+        }
+    }
+
+    /// Tokens per trace block.
+    pub fn trace_block_size(&self) -> u32 {
+        self.trace_block_size
+    }
+
+    /// The chain of trace block `block` of request `request`'s prompt.
+    #[inline(always)]
+    pub fn chain(&self, request: u32, block: u32) -> u32 {
+        self.chains[self.offsets[request as usize] + block as usize]
+    }
+
+    /// Prompt tokens of request `request`.
+    pub fn prompt(&self, request: u32) -> u32 {
+        self.input_length[request as usize]
+    }
+
+    /// Heap bytes held (the benchmarks report it).
+    pub fn memory_bytes(&self) -> usize {
+        self.offsets.capacity() * std::mem::size_of::<usize>()
+            + (self.chains.capacity() + self.input_length.capacity()) * 4
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

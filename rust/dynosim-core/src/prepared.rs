@@ -5,11 +5,13 @@
 //! conversation trace (`BlockIds::new`) takes 10-15 ms at 64-token blocks and 20-35 ms at 32,
 //! 5-15 % of a replay, and each copy holds 9-18 MB. A replay of a prepared workload gives the
 //! same report as a replay of its columns: the tables are the ones `BlockIds::new` builds,
-//! keyed by everything that shapes them (block size and first identity).
+//! keyed by everything that shapes them (block size and first identity). The prefix chains of
+//! the trace blocks (`TraceChains`, what the SGLang flavour's radix cache compares prompts by)
+//! are held once too.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::block_ids::{BlockId, BlockIds};
+use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::error::Result;
 use crate::workload::Workload;
 
@@ -29,6 +31,7 @@ pub struct PreparedWorkload {
     delay_ms: Option<Vec<f64>>,
     /// (block size, first identity) -> table; a handful of entries, searched in order.
     tables: Mutex<Vec<((u32, BlockId), Table)>>,
+    chains: OnceLock<Arc<TraceChains>>,
 }
 
 impl PreparedWorkload {
@@ -45,6 +48,7 @@ impl PreparedWorkload {
             session: workload.session.map(<[i64]>::to_vec),
             delay_ms: workload.delay_ms.map(<[f64]>::to_vec),
             tables: Mutex::new(Vec::new()),
+            chains: OnceLock::new(),
         })
     }
 
@@ -80,6 +84,13 @@ impl PreparedWorkload {
         };
         table
             .get_or_init(|| BlockIds::new(&self.workload(), block_size, first_id).map(Arc::new))
+            .clone()
+    }
+
+    /// `TraceChains::new(workload)`, computed on the first call.
+    pub fn trace_chains(&self) -> Arc<TraceChains> {
+        self.chains
+            .get_or_init(|| Arc::new(TraceChains::new(&self.workload())))
             .clone()
     }
 

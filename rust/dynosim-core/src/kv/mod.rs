@@ -1,6 +1,8 @@
-//! A rank's KV memory: the caches the engine flavours keep their prompt KV in.
+//! A rank's KV memory: the caches the engine flavours keep their prompt KV in (full blocks
+//! hashed by prefix, and SGLang's token radix tree).
 
 pub mod blocks;
+pub mod radix;
 pub mod slot_index;
 
 pub use blocks::{KvCache, PrefixHit};

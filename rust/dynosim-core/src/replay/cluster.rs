@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::block_ids::{BlockId, BlockIds};
-use crate::config::{FirstToken, Role, ServingMode, SimConfig, TransferSizing};
+use crate::block_ids::{BlockId, BlockIds, TraceChains};
+use crate::config::{Backend, FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::offload::{Onboard, Tiers};
 use crate::prepared::PreparedWorkload;
@@ -141,6 +141,14 @@ impl Cluster {
             }
         }
         let ids_end = tables.last().map_or(0, |t| t.end());
+        // The SGLang flavour's radix cache compares prompts by their trace prefix chains.
+        let chains = pools
+            .iter()
+            .any(|&(role, _)| config.role(role).0.backend == Backend::Sglang)
+            .then(|| match prepared {
+                Some(p) => p.trace_chains(),
+                None => Arc::new(TraceChains::new(workload)),
+            });
         for &(role, count) in &pools {
             let (engine, timing) = config.role(role);
             let table = tables
@@ -158,7 +166,13 @@ impl Cluster {
                 });
                 for _ in 0..dp {
                     let timer = StepTimer::new(timing.clone(), kv_tokens);
-                    ranks.push(Scheduler::new(role, engine, timer, table.clone())?);
+                    ranks.push(Scheduler::new(
+                        role,
+                        engine,
+                        timer,
+                        table.clone(),
+                        chains.as_ref(),
+                    )?);
                 }
             }
             if role == Role::Prefill {
@@ -244,7 +258,7 @@ impl Cluster {
             let prompt = ids.of(i);
             let candidates = (first..last).map(|r| {
                 (
-                    ranks[r].prefix_hit(prompt).blocks,
+                    ranks[r].prefix_hit(i, prompt).blocks,
                     ranks[r].active_blocks(),
                     ranks[r].waiting_blocks() + handed(r).blocks,
                 )
@@ -295,10 +309,10 @@ impl Cluster {
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
             let ids = sched.prompt_ids(handle);
-            let hit = sched.prefix_hit(ids);
+            let i = sched.request_of(handle);
+            let hit = sched.prefix_hit(i, ids);
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
-            let i = sched.request_of(handle);
             records.g1_hit_blocks[i] = hit.blocks;
             records.g2_hit_blocks[i] = k2;
             records.g3_hit_blocks[i] = k3;

@@ -295,7 +295,7 @@ mod tests {
             block_size in 2u32..24,
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
-            (fifo, line_rate, first_decode_pass, missing) in any::<(bool, bool, bool, bool)>(),
+            (fifo, line_rate, first_decode_pass, missing, sglang) in any::<(bool, bool, bool, bool, bool)>(),
             tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<(bool, bool)>())),
         ) {
             let tbs = 32;
@@ -346,11 +346,17 @@ mod tests {
             let link = if line_rate { "line_rate" } else { "max_min" };
             let first_token = if first_decode_pass { "first_decode_pass" } else { "kv_arrival" };
             let sizing = if missing { "destination_missing" } else { "full_prompt" };
+            // The SGLang flavour, its page size 1 to 3 tokens.
+            let flavour = if sglang {
+                format!(r#""backend":"sglang","page_size":{},"chunked_prefill_size":256,"max_prefill_tokens":512"#,
+                        block_size % 3 + 1)
+            } else {
+                format!(r#""max_num_batched_tokens":256,"preemption_mode":"{preemption}""#)
+            };
             let config = SimConfig::from_json(&format!(
                 r#"{{"cluster":{{{mode},"router":"{router}"{closed}}},
                     "engine":{{"block_size":{block_size},"num_gpu_blocks":{num_gpu_blocks},
-                               "max_num_batched_tokens":256,"data_parallel_size":{dp},
-                               "max_num_seqs":{max_num_seqs},"preemption_mode":"{preemption}"}},
+                               "data_parallel_size":{dp},"max_num_seqs":{max_num_seqs},{flavour}}},
                     "kv_transfer":{{"kv_bytes_per_token":100000,"bandwidth_gbps":1,
                                     "link_model":"{link}","first_token":"{first_token}",
                                     "sizing":"{sizing}"}},

@@ -2,12 +2,13 @@
 //! engine it models (`engine.backend`): what every flavour offers the replay loop (`Engine`),
 //! and the flavours themselves, one per file.
 
+pub mod sglang;
 mod trtllm;
 pub mod vllm;
 
 use std::sync::Arc;
 
-use crate::block_ids::{BlockId, BlockIds};
+use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, EngineConfig, Role};
 use crate::error::{Result, SimError};
 use crate::kv::PrefixHit;
@@ -15,6 +16,7 @@ use crate::report::{Records, RejectReason};
 use crate::timing::StepTimer;
 use crate::workload::Workload;
 
+pub use sglang::SglangScheduler;
 pub use vllm::VllmScheduler;
 
 /// What the replay loop asks of one rank's engine, whatever its flavour. Requests are rows of
@@ -30,7 +32,8 @@ pub trait Engine {
     fn finish_pass(&mut self, now: f64, records: &mut Records);
     /// Chain plain decode passes without the event loop (see the vLLM flavour); returns the end
     /// (ms) of the pass left in flight and how many passes ended here. A flavour without the
-    /// shortcut returns `(end, 0)`.
+    /// shortcut returns `(end, 0)`. Chained passes must leave what the time series read (queue,
+    /// running requests, blocks in use) unchanged: the loop does not see them.
     fn run_plain_decodes(
         &mut self,
         start: f64,
@@ -73,8 +76,10 @@ pub trait Engine {
     fn block_ids(&self) -> &BlockIds;
     /// The identities of the full prompt blocks of request `handle`.
     fn prompt_ids(&self, handle: u32) -> &[BlockId];
-    /// The cached prefix of prompt blocks `ids` in this rank's G1.
-    fn prefix_hit(&self, ids: &[BlockId]) -> PrefixHit;
+    /// The cached prefix, in full blocks, of workload row `request`'s prompt (whose blocks are
+    /// `ids`) in this rank's G1: a block cache looks the identities up, a radix cache the row's
+    /// tokens.
+    fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit;
     /// Blocks held by running requests (the load a cache-aware router sees).
     fn active_blocks(&self) -> u32;
     /// Blocks the waiting requests will need.
@@ -99,27 +104,37 @@ pub enum Scheduler {
     Vllm(VllmScheduler),
     /// The TensorRT-LLM-like flavour plans passes its own way over the vLLM-like bookkeeping.
     Trtllm(VllmScheduler),
+    Sglang(SglangScheduler),
 }
 
 impl Scheduler {
     /// The engine `config.backend` names, for `role`, timed by `timer`, whose requests' prompt
-    /// blocks are named by `ids` (at the engine's block size).
+    /// blocks are named by `ids` (at the engine's block size) and, for the SGLang flavour's
+    /// radix cache, their trace blocks by `chains`.
     pub fn new(
         role: Role,
         config: &EngineConfig,
         timer: StepTimer,
         ids: Arc<BlockIds>,
+        chains: Option<&Arc<TraceChains>>,
     ) -> Result<Self> {
-        match config.backend {
-            Backend::Vllm => Ok(Scheduler::Vllm(VllmScheduler::new(
+        match (config.backend, chains) {
+            (Backend::Vllm, _) => Ok(Scheduler::Vllm(VllmScheduler::new(
                 role, config, timer, ids,
             ))),
-            Backend::Trtllm => Ok(Scheduler::Trtllm(VllmScheduler::new(
+            (Backend::Trtllm, _) => Ok(Scheduler::Trtllm(VllmScheduler::new(
                 role, config, timer, ids,
             ))),
-            other => Err(SimError::config(
+            (Backend::Sglang, Some(chains)) => Ok(Scheduler::Sglang(SglangScheduler::new(
+                role,
+                config,
+                timer,
+                ids,
+                chains.clone(),
+            ))),
+            (Backend::Sglang, None) => Err(SimError::config(
                 "engine.backend",
-                format!("the {} engine flavour is not simulated yet", other.name()),
+                "the sglang engine flavour needs the trace's prefix chains".to_string(),
             )),
         }
     }
@@ -131,6 +146,7 @@ impl std::ops::Deref for Scheduler {
     fn deref(&self) -> &Self::Target {
         match self {
             Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s,
+            Scheduler::Sglang(s) => s,
         }
     }
 }
@@ -139,6 +155,7 @@ impl std::ops::DerefMut for Scheduler {
     fn deref_mut(&mut self) -> &mut Self::Target {
         match self {
             Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s,
+            Scheduler::Sglang(s) => s,
         }
     }
 }

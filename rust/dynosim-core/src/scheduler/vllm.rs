@@ -745,7 +745,7 @@ impl Engine for VllmScheduler {
         self.running.len()
     }
 
-    fn prefix_hit(&self, ids: &[BlockId]) -> PrefixHit {
+    fn prefix_hit(&self, _request: usize, ids: &[BlockId]) -> PrefixHit {
         self.cache.lookup(ids)
     }
 

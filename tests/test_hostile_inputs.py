@@ -188,6 +188,19 @@ def test_an_infinite_kv_size_is_refused_naming_the_setting(flags, capsys):
             {"offload": {"g2_blocks": 4, "g2_g3_gbps": 1e308}},
             "offload.g2_g3_gbps: must be at most 1e6, got 1e308",
         ),
+        # Two passes of 1e308 ms sum to infinity.
+        (
+            {"timing": {"model": "fixed", "prefill_ms": 1e308, "decode_ms": 1e308}},
+            "timing.prefill_ms: must be at most 1e9, got 1e308",
+        ),
+        (
+            {"prefill": {"timing": {"model": "polynomial", "decode_speedup_ratio": 1e-300}}},
+            "prefill.timing.decode_speedup_ratio: must be at least 1e-6, got 1e-300",
+        ),
+        (
+            {"cluster": {"router": "kv_aware", "overlap_weight": 1e308}},
+            "cluster.overlap_weight: must be a finite number from 0 to 1e6, got 1e308",
+        ),
         (
             {
                 "kv_transfer": {

@@ -91,11 +91,22 @@ impl SimConfig {
             c.num_decode_workers,
             limits::MAX_WORKERS,
         )?;
-        positive("cluster.arrival_speedup_ratio", c.arrival_speedup_ratio)?;
-        if !(c.overlap_weight.is_finite() && c.overlap_weight >= 0.0) {
+        limits::positive_within(
+            "cluster.arrival_speedup_ratio",
+            c.arrival_speedup_ratio,
+            limits::MIN_RATIO,
+            limits::MAX_RATIO,
+        )?;
+        if !(c.overlap_weight.is_finite()
+            && (0.0..=limits::MAX_OVERLAP_WEIGHT).contains(&c.overlap_weight))
+        {
             return Err(SimError::config(
                 "cluster.overlap_weight",
-                format!("must be a finite number >= 0, got {}", c.overlap_weight),
+                format!(
+                    "must be a finite number from 0 to {:e}, got {}",
+                    limits::MAX_OVERLAP_WEIGHT,
+                    limits::number(c.overlap_weight)
+                ),
             ));
         }
         if let Some(n) = c.concurrency {
@@ -439,6 +450,27 @@ mod tests {
             (
                 r#"{"cluster": {"concurrency": 0}}"#,
                 "cluster.concurrency: must be between 1 and 100,000,000, got 0",
+            ),
+            // Settings whose products or sums of passes would overflow to infinity.
+            (
+                r#"{"timing": {"model": "fixed", "prefill_ms": 1e300, "decode_ms": 1}}"#,
+                "timing.prefill_ms: must be at most 1e9, got 1e300",
+            ),
+            (
+                r#"{"timing": {"speedup_ratio": 1e-300, "model": "polynomial"}}"#,
+                "timing.speedup_ratio: must be at least 1e-6, got 1e-300",
+            ),
+            (
+                r#"{"cluster": {"arrival_speedup_ratio": 1e300}}"#,
+                "cluster.arrival_speedup_ratio: must be at most 1e6, got 1e300",
+            ),
+            (
+                r#"{"kv_transfer": {"bandwidth_gbps": 1e-300, "kv_bytes_per_token": 2}}"#,
+                "kv_transfer.bandwidth_gbps: must be at least 1e-6, got 1e-300",
+            ),
+            (
+                r#"{"cluster": {"overlap_weight": 1e308}}"#,
+                "cluster.overlap_weight: must be a finite number from 0 to 1e6, got 1e308",
             ),
         ] {
             let err = SimConfig::from_json(doc).unwrap_err();

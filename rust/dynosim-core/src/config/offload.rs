@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limits::{count, positive_at_most, MAX_BLOCKS, MAX_GBPS};
+use super::limits::{count, positive_within, MAX_BLOCKS, MAX_GBPS, MIN_GBPS};
 use super::{Result, SimError};
 
 /// KV offload tiers: blocks evicted from a rank's GPU cache (G1) go to its G2, blocks evicted
@@ -46,8 +46,8 @@ impl OffloadConfig {
 
     /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given).
     pub(super) fn validate(&self, kv_bytes_per_token: f64) -> Result<()> {
-        positive_at_most("offload.g1_g2_gbps", self.g1_g2_gbps, MAX_GBPS)?;
-        positive_at_most("offload.g2_g3_gbps", self.g2_g3_gbps, MAX_GBPS)?;
+        positive_within("offload.g1_g2_gbps", self.g1_g2_gbps, MIN_GBPS, MAX_GBPS)?;
+        positive_within("offload.g2_g3_gbps", self.g2_g3_gbps, MIN_GBPS, MAX_GBPS)?;
         if let Some(n) = self.g2_blocks {
             count("offload.g2_blocks", n, MAX_BLOCKS)?;
         }

@@ -4,6 +4,7 @@ Python errors. Each test is one example of a class the code handles by one mecha
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -674,3 +675,23 @@ def test_a_pipe_is_read_but_a_line_without_end_is_refused(tmp_path):
     writer.join(10)
     with pytest.raises(WorkloadError, match=r"not a regular file \(a directory\)"):
         read_input(tmp_path, WorkloadError, "trace")
+
+
+def test_a_trace_through_a_pipe_is_read_once_and_hashed_from_its_bytes(tmp_path):
+    # A pipe (a shell's <(...)) cannot be read twice: the report's hash comes from the bytes.
+    text = unsorted_trace(tmp_path).read_bytes()
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = dynosim.replay(fifo)
+    writer.join(10)
+    assert report.num_requests == 2
+    assert report.provenance["trace"]["sha256"] == hashlib.sha256(text).hexdigest()

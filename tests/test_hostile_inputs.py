@@ -559,6 +559,8 @@ def test_max_min_rates_refuses_bad_link_ids_with_a_config_error(flows, message):
 def test_replay_of_something_that_is_no_workload_is_a_workload_error():
     with pytest.raises(WorkloadError, match=r"^workload: expected a TraceWorkload.*got int"):
         dynosim.replay(123)  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match=r"^path: expected a trace file path, got int"):
+        load_trace(123)  # type: ignore[arg-type]
 
 
 def unsorted_trace(tmp_path: Path) -> Path:

@@ -127,6 +127,8 @@ def load_trace(
     first appearance, -1 for rows without one) and :attr:`TraceColumns.delay_ms` (NaN where
     none was given); both are None when no row has a ``session_id``.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise WorkloadError(f"path: expected a trace file path, got {type(path).__name__}")
     workload = TraceWorkload(path=Path(path), trace_block_size=trace_block_size, format=format)
     workload.columns()
     return workload

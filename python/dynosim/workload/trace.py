@@ -77,8 +77,10 @@ class TraceWorkload(WorkloadModel):
             assert self.path is not None  # checked at validation; from_columns sets _columns
             read = read_mooncake if self._trace_format() == "mooncake" else read_azure
             data = read_trace_bytes(self.path)
-            # Hashed from the bytes read: a pipe cannot be read a second time.
-            self._sha256 = hashlib.sha256(data).hexdigest()
+            if not self.path.is_file():
+                # A pipe cannot be read a second time: hash the bytes read (a file is hashed
+                # when a report asks for it).
+                self._sha256 = hashlib.sha256(data).hexdigest()
             self._columns = read(self.path, data, self.trace_block_size)
         return self._columns
 

@@ -50,23 +50,27 @@ def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (
             {"cluster": {"num_workers": 100_000_000}},
-            "cluster.num_workers: must be between 1 and 100,000, got 100000000",
+            "cluster.num_workers: must be between 1 and 16,384, got 100000000",
         ),
         # From Python: 2**31 fits the core's u32, so only the limit stops it allocating.
         (
             {"cluster": {"num_workers": 2**31}},
-            "cluster.num_workers: must be between 1 and 100,000, got 2147483648",
+            "cluster.num_workers: must be between 1 and 16,384, got 2147483648",
         ),
         # 65,536 workers x TP 65,536 = 2^32 GPUs, which wrapped to 0 in a release build.
         (
             {"cluster": {"num_workers": 65_536}, "engine": {"tensor_parallel_size": 65_536}},
+            "cluster.num_workers: must be between 1 and 16,384, got 65536",
+        ),
+        (
+            {"engine": {"tensor_parallel_size": 65_536}},
             "engine.tensor_parallel_size: must be between 1 and 1,024, got 65536",
         ),
-        # 65,536 x 1,024 x 1 = 67,108,864 GPUs: each factor within its limit, the product not.
+        # 16,384 x 1,024 x 1 = 16,777,216 GPUs: each factor within its limit, the product not.
         (
-            {"cluster": {"num_workers": 65_536}, "engine": {"tensor_parallel_size": 1024}},
-            "cluster.num_workers: cluster.num_workers 65,536 x engine.tensor_parallel_size "
-            "1,024 x engine.data_parallel_size 1 = 67,108,864 GPUs, more than the limit of "
+            {"cluster": {"num_workers": 16_384}, "engine": {"tensor_parallel_size": 1024}},
+            "cluster.num_workers: cluster.num_workers 16,384 x engine.tensor_parallel_size "
+            "1,024 x engine.data_parallel_size 1 = 16,777,216 GPUs, more than the limit of "
             "10,000,000",
         ),
         # 2,000,000 blocks x 4,096 tokens = 8,192,000,000 tokens: past 32-bit positions.
@@ -92,10 +96,11 @@ def test_sizes_past_their_limits_name_the_field_and_the_limit(settings, message)
 
 
 def test_limits_are_the_cores(capsys):
-    assert LIMITS["max_workers"] == 100_000 and LIMITS["max_parallel"] == 1024
-    # At the limit a configuration is valid, and the GPU count is exact.
-    view = dynosim.config.resolve(SimConfig.model_validate({"cluster": {"num_workers": 100_000}}))
-    assert view.num_gpus == 100_000
+    assert LIMITS["max_workers"] == 16_384 and LIMITS["max_parallel"] == 1024
+    # At the limits a configuration is valid, and the GPU count is exact: 16,384 x 8 x 2.
+    settings = {"cluster": {"num_workers": 8192}, "engine": {"tensor_parallel_size": 8}}
+    settings["engine"]["data_parallel_size"] = 2
+    assert dynosim.config.resolve(SimConfig.model_validate(settings)).num_gpus == 131_072
     err = cli_error(["replay", "--no-progress", "--num-gpu-blocks", "4000000000"], capsys)
     assert err == "engine.num_gpu_blocks: must be between 1 and 1,000,000,000, got 4000000000"
 
@@ -463,7 +468,7 @@ CANDIDATE = {
     [
         (
             {"aggregated": {"replicas": 100_000_000, "max_batch_size": 64}},
-            "candidate.aggregated.replicas: Input should be less than or equal to 100000",
+            "candidate.aggregated.replicas: Input should be less than or equal to 16384",
         ),
         ({"block_size": 7}, "candidate.block_size: expected a power of two"),
         ({"block_size": 2**17}, "candidate.block_size: expected 1 to 65,536 tokens"),
@@ -489,8 +494,9 @@ def test_render_refuses_a_huge_deployment_before_calling_aic(monkeypatch):
 
     monkeypatch.setattr(render_module, "dynamo_release", never)
     monkeypatch.setattr(render_module, "generate", never)
-    # 20,000 replicas x 1 GPU: within the replay's limits, past the rendered deployment's.
-    cand = {**CANDIDATE, "aggregated": {"replicas": 20_000, "max_batch_size": 8}}
+    # 10,000 replicas x 2 GPUs: within the replay's limits, past the rendered deployment's.
+    role = {"replicas": 10_000, "tensor_parallel_size": 2, "max_batch_size": 8}
+    cand = {**CANDIDATE, "aggregated": role}
     workload = dynosim.SyntheticWorkload(isl=10, osl=10, count=5, rate=1.0)
     started = time.perf_counter()
     with pytest.raises(ConfigError, match=r"^candidate: 20,000 GPUs over its roles"):
@@ -528,7 +534,7 @@ spec:
 def test_validate_refuses_engine_settings_no_deployment_has():
     text = MANIFEST.format(replicas=100_000_000, block=7, ctx=8_600_000_000)
     problems = [str(p) for p in validate_manifest(text)]
-    assert any("replicas: expected 1 to 100,000, got 100000000" in p for p in problems), problems
+    assert any("replicas: expected 1 to 16,384, got 100000000" in p for p in problems), problems
     assert any("--block-size: expected a power of two" in p for p in problems), problems
     assert any("--max-model-len: expected 1 to 4,294,967,295 tokens" in p for p in problems)
     fine = [str(p) for p in validate_manifest(MANIFEST.format(replicas=2, block=16, ctx=4096))]

@@ -389,34 +389,34 @@ mod tests {
             ),
             (
                 r#"{"cluster": {"num_workers": 100000000}}"#,
-                "cluster.num_workers: must be between 1 and 100,000, got 100000000",
+                "cluster.num_workers: must be between 1 and 16,384, got 100000000",
             ),
             (
                 r#"{"cluster": {"num_workers": 2147483648}}"#,
-                "cluster.num_workers: must be between 1 and 100,000, got 2147483648",
+                "cluster.num_workers: must be between 1 and 16,384, got 2147483648",
             ),
             (
                 r#"{"engine": {"tensor_parallel_size": 65536}}"#,
                 "engine.tensor_parallel_size: must be between 1 and 1,024, got 65536",
             ),
-            // 100,000 x 1,024 x 1 = 102,400,000 GPUs.
+            // 16,384 x 1,024 x 1 = 16,777,216 GPUs.
             (
-                r#"{"cluster": {"num_workers": 100000}, "engine": {"tensor_parallel_size": 1024}}"#,
-                "cluster.num_workers: cluster.num_workers 100,000 x engine.tensor_parallel_size \
-                 1,024 x engine.data_parallel_size 1 = 102,400,000 GPUs, more than the limit of \
+                r#"{"cluster": {"num_workers": 16384}, "engine": {"tensor_parallel_size": 1024}}"#,
+                "cluster.num_workers: cluster.num_workers 16,384 x engine.tensor_parallel_size \
+                 1,024 x engine.data_parallel_size 1 = 16,777,216 GPUs, more than the limit of \
                  10,000,000",
             ),
-            // 100,000 x DP 2 = 200,000 ranks.
+            // 16,384 x DP 2 = 32,768 ranks.
             (
-                r#"{"cluster": {"num_workers": 100000}, "engine": {"data_parallel_size": 2}}"#,
-                "cluster.num_workers: cluster.num_workers 100,000 x engine.data_parallel_size 2 \
-                 = 200,000 ranks, more than the limit of 100,000",
+                r#"{"cluster": {"num_workers": 16384}, "engine": {"data_parallel_size": 2}}"#,
+                "cluster.num_workers: cluster.num_workers 16,384 x engine.data_parallel_size 2 \
+                 = 32,768 ranks, more than the limit of 16,384",
             ),
             (
-                r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 60000,
-                    "num_decode_workers": 60000}}"#,
-                "cluster: the prefill and decode pools have 120,000 ranks together, more than \
-                 the limit of 100,000",
+                r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 10000,
+                    "num_decode_workers": 10000}}"#,
+                "cluster: the prefill and decode pools have 20,000 ranks together, more than \
+                 the limit of 16,384",
             ),
             // 100,000,000 x 64 = 6.4e9 tokens, past 2^32 - 1.
             (
@@ -478,7 +478,7 @@ mod tests {
         }
         // At the limits themselves the configuration is valid: 65,536 x 65,535 < 2^32 tokens.
         SimConfig::from_json(
-            r#"{"cluster": {"num_workers": 100000},
+            r#"{"cluster": {"num_workers": 16384},
                 "engine": {"block_size": 65536, "num_gpu_blocks": 65535}}"#,
         )
         .unwrap();

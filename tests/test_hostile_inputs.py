@@ -310,7 +310,7 @@ def test_trace_flags_with_synthetic_traffic_are_used_or_refused(capsys):
     assert err == "--format reads a TRACE; --synthetic generates its requests"
     # The generator's seed with a trace was ignored.
     err = cli_error(["replay", "--no-progress", "--seed", "5"], capsys)
-    assert err == "--seed need --synthetic"
+    assert err == "--seed needs --synthetic"
 
 
 def test_workers_with_a_disaggregated_config_file_is_refused(tmp_path, capsys):

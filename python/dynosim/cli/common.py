@@ -91,7 +91,7 @@ def workload_from_args(
         return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
     stray = [f"--{k.replace('_', '-')}" for k in SYNTHETIC_FLAGS if getattr(args, k) is not None]
     if stray:
-        raise UsageError(f"{', '.join(stray)} need --synthetic")
+        raise UsageError(f"{', '.join(stray)} need{'s' if len(stray) == 1 else ''} --synthetic")
     if args.trace is None and not sample_when_missing:
         raise UsageError("give a TRACE file, or --synthetic with --isl, --osl and --rate")
     path = args.trace or sample_trace_path()

@@ -686,6 +686,11 @@ def test_a_pipe_is_read_but_a_line_without_end_is_refused(tmp_path):
     writer.join(10)
     with pytest.raises(WorkloadError, match=r"not a regular file \(a directory\)"):
         read_input(tmp_path, WorkloadError, "trace")
+    # A line of 1.5 MiB from the middle of the first 1 MiB read into the second, ended there.
+    crossing = tmp_path / "crossing.jsonl"
+    crossing.write_bytes(b"a" * 100 + b"\n" + b"x" * (3 << 19) + b"\nok\n")
+    with pytest.raises(WorkloadError, match=r"crossing\.jsonl:2: line longer than 1 MiB"):
+        read_input(crossing, WorkloadError, "trace", max_line=1 << 20)
 
 
 def test_a_trace_through_a_pipe_is_read_once_and_hashed_from_its_bytes(tmp_path):

@@ -385,6 +385,16 @@ def test_compare_prints_the_side_by_side_table(small_trace, tmp_path, capsys):
     assert rows[1]["wall_ms"] > rows[1]["replay_ms"] > 0
 
 
+@needs_dynamo
+def test_compare_in_disaggregated_mode_without_a_bandwidth_runs(small_trace, capsys):
+    # No bandwidth: transfers are instant on both sides, so there is no link model to ask for.
+    argv = [str(small_trace), "--serving-mode", "disagg", "--num-prefill-workers", "2"]
+    argv += ["--num-decode-workers", "2", "--compare", "dynamo"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "dynosim vs Dynamo" in out and "TTFT mean (ms)" in out
+
+
 #: The reference runs on the full conversation trace (trace block 512, polynomial timing, round
 #: robin, arrival speedup 1): vLLM-like engines with 64-token blocks, and the TensorRT-LLM-like
 #: engine at its defaults (32-token blocks, no-evict admission) but with chunked context, which

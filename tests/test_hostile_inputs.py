@@ -4,6 +4,7 @@ Python errors. Each test is one example of a class the code handles by one mecha
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -49,23 +50,27 @@ def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (
             {"cluster": {"num_workers": 100_000_000}},
-            "cluster.num_workers: must be between 1 and 100,000, got 100000000",
+            "cluster.num_workers: must be between 1 and 16,384, got 100000000",
         ),
         # From Python: 2**31 fits the core's u32, so only the limit stops it allocating.
         (
             {"cluster": {"num_workers": 2**31}},
-            "cluster.num_workers: must be between 1 and 100,000, got 2147483648",
+            "cluster.num_workers: must be between 1 and 16,384, got 2147483648",
         ),
         # 65,536 workers x TP 65,536 = 2^32 GPUs, which wrapped to 0 in a release build.
         (
             {"cluster": {"num_workers": 65_536}, "engine": {"tensor_parallel_size": 65_536}},
+            "cluster.num_workers: must be between 1 and 16,384, got 65536",
+        ),
+        (
+            {"engine": {"tensor_parallel_size": 65_536}},
             "engine.tensor_parallel_size: must be between 1 and 1,024, got 65536",
         ),
-        # 65,536 x 1,024 x 1 = 67,108,864 GPUs: each factor within its limit, the product not.
+        # 16,384 x 1,024 x 1 = 16,777,216 GPUs: each factor within its limit, the product not.
         (
-            {"cluster": {"num_workers": 65_536}, "engine": {"tensor_parallel_size": 1024}},
-            "cluster.num_workers: cluster.num_workers 65,536 x engine.tensor_parallel_size "
-            "1,024 x engine.data_parallel_size 1 = 67,108,864 GPUs, more than the limit of "
+            {"cluster": {"num_workers": 16_384}, "engine": {"tensor_parallel_size": 1024}},
+            "cluster.num_workers: cluster.num_workers 16,384 x engine.tensor_parallel_size "
+            "1,024 x engine.data_parallel_size 1 = 16,777,216 GPUs, more than the limit of "
             "10,000,000",
         ),
         # 2,000,000 blocks x 4,096 tokens = 8,192,000,000 tokens: past 32-bit positions.
@@ -91,10 +96,11 @@ def test_sizes_past_their_limits_name_the_field_and_the_limit(settings, message)
 
 
 def test_limits_are_the_cores(capsys):
-    assert LIMITS["max_workers"] == 100_000 and LIMITS["max_parallel"] == 1024
-    # At the limit a configuration is valid, and the GPU count is exact.
-    view = dynosim.config.resolve(SimConfig.model_validate({"cluster": {"num_workers": 100_000}}))
-    assert view.num_gpus == 100_000
+    assert LIMITS["max_workers"] == 16_384 and LIMITS["max_parallel"] == 1024
+    # At the limits a configuration is valid, and the GPU count is exact: 16,384 x 8 x 2.
+    settings = {"cluster": {"num_workers": 8192}, "engine": {"tensor_parallel_size": 8}}
+    settings["engine"]["data_parallel_size"] = 2
+    assert dynosim.config.resolve(SimConfig.model_validate(settings)).num_gpus == 131_072
     err = cli_error(["replay", "--no-progress", "--num-gpu-blocks", "4000000000"], capsys)
     assert err == "engine.num_gpu_blocks: must be between 1 and 1,000,000,000, got 4000000000"
 
@@ -187,6 +193,19 @@ def test_an_infinite_kv_size_is_refused_naming_the_setting(flags, capsys):
         (
             {"offload": {"g2_blocks": 4, "g2_g3_gbps": 1e308}},
             "offload.g2_g3_gbps: must be at most 1e6, got 1e308",
+        ),
+        # Two passes of 1e308 ms sum to infinity.
+        (
+            {"timing": {"model": "fixed", "prefill_ms": 1e308, "decode_ms": 1e308}},
+            "timing.prefill_ms: must be at most 1e9, got 1e308",
+        ),
+        (
+            {"prefill": {"timing": {"model": "polynomial", "decode_speedup_ratio": 1e-300}}},
+            "prefill.timing.decode_speedup_ratio: must be at least 1e-6, got 1e-300",
+        ),
+        (
+            {"cluster": {"router": "kv_aware", "overlap_weight": 1e308}},
+            "cluster.overlap_weight: must be a finite number from 0 to 1e6, got 1e308",
         ),
         (
             {
@@ -289,6 +308,9 @@ def test_trace_flags_with_synthetic_traffic_are_used_or_refused(capsys):
     assert err == "workload.trace_block_size: Input should be greater than 0, got 0"
     err = cli_error([*synthetic, "--format", "azure"], capsys)
     assert err == "--format reads a TRACE; --synthetic generates its requests"
+    # The generator's seed with a trace was ignored.
+    err = cli_error(["replay", "--no-progress", "--seed", "5"], capsys)
+    assert err == "--seed needs --synthetic"
 
 
 def test_workers_with_a_disaggregated_config_file_is_refused(tmp_path, capsys):
@@ -446,7 +468,7 @@ CANDIDATE = {
     [
         (
             {"aggregated": {"replicas": 100_000_000, "max_batch_size": 64}},
-            "candidate.aggregated.replicas: Input should be less than or equal to 100000",
+            "candidate.aggregated.replicas: Input should be less than or equal to 16384",
         ),
         ({"block_size": 7}, "candidate.block_size: expected a power of two"),
         ({"block_size": 2**17}, "candidate.block_size: expected 1 to 65,536 tokens"),
@@ -472,8 +494,9 @@ def test_render_refuses_a_huge_deployment_before_calling_aic(monkeypatch):
 
     monkeypatch.setattr(render_module, "dynamo_release", never)
     monkeypatch.setattr(render_module, "generate", never)
-    # 20,000 replicas x 1 GPU: within the replay's limits, past the rendered deployment's.
-    cand = {**CANDIDATE, "aggregated": {"replicas": 20_000, "max_batch_size": 8}}
+    # 10,000 replicas x 2 GPUs: within the replay's limits, past the rendered deployment's.
+    role = {"replicas": 10_000, "tensor_parallel_size": 2, "max_batch_size": 8}
+    cand = {**CANDIDATE, "aggregated": role}
     workload = dynosim.SyntheticWorkload(isl=10, osl=10, count=5, rate=1.0)
     started = time.perf_counter()
     with pytest.raises(ConfigError, match=r"^candidate: 20,000 GPUs over its roles"):
@@ -511,7 +534,7 @@ spec:
 def test_validate_refuses_engine_settings_no_deployment_has():
     text = MANIFEST.format(replicas=100_000_000, block=7, ctx=8_600_000_000)
     problems = [str(p) for p in validate_manifest(text)]
-    assert any("replicas: expected 1 to 100,000, got 100000000" in p for p in problems), problems
+    assert any("replicas: expected 1 to 16,384, got 100000000" in p for p in problems), problems
     assert any("--block-size: expected a power of two" in p for p in problems), problems
     assert any("--max-model-len: expected 1 to 4,294,967,295 tokens" in p for p in problems)
     fine = [str(p) for p in validate_manifest(MANIFEST.format(replicas=2, block=16, ctx=4096))]
@@ -545,6 +568,8 @@ def test_max_min_rates_refuses_bad_link_ids_with_a_config_error(flows, message):
 def test_replay_of_something_that_is_no_workload_is_a_workload_error():
     with pytest.raises(WorkloadError, match=r"^workload: expected a TraceWorkload.*got int"):
         dynosim.replay(123)  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match=r"^path: expected a trace file path, got int"):
+        load_trace(123)  # type: ignore[arg-type]
 
 
 def unsorted_trace(tmp_path: Path) -> Path:
@@ -625,12 +650,13 @@ def test_the_latency_table_fits_80_columns_without_cutting_numbers(columns):
         (load_config, ConfigError),
         (validate_manifest, ManifestError),
         (load_report, ReportError),
+        (load_timing_table, ConfigError),
     ],
-    ids=["mooncake", "azure", "config", "manifest", "report"],
+    ids=["mooncake", "azure", "config", "manifest", "report", "timing table"],
 )
 def test_a_device_is_refused_at_once_not_read_forever(read, error):
     started = time.perf_counter()
-    with pytest.raises(error, match=r"^/dev/zero: cannot read the \w+: not a regular file"):
+    with pytest.raises(error, match=r"^/dev/zero: cannot read the [a-z ]+: not a regular file"):
         read(Path("/dev/zero"))
     assert time.perf_counter() - started < 30
 
@@ -660,3 +686,28 @@ def test_a_pipe_is_read_but_a_line_without_end_is_refused(tmp_path):
     writer.join(10)
     with pytest.raises(WorkloadError, match=r"not a regular file \(a directory\)"):
         read_input(tmp_path, WorkloadError, "trace")
+    # A line of 1.5 MiB from the middle of the first 1 MiB read into the second, ended there.
+    crossing = tmp_path / "crossing.jsonl"
+    crossing.write_bytes(b"a" * 100 + b"\n" + b"x" * (3 << 19) + b"\nok\n")
+    with pytest.raises(WorkloadError, match=r"crossing\.jsonl:2: line longer than 1 MiB"):
+        read_input(crossing, WorkloadError, "trace", max_line=1 << 20)
+
+
+def test_a_trace_through_a_pipe_is_read_once_and_hashed_from_its_bytes(tmp_path):
+    # A pipe (a shell's <(...)) cannot be read twice: the report's hash comes from the bytes.
+    text = unsorted_trace(tmp_path).read_bytes()
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = dynosim.replay(fifo)
+    writer.join(10)
+    assert report.num_requests == 2
+    assert report.provenance["trace"]["sha256"] == hashlib.sha256(text).hexdigest()

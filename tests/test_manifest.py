@@ -217,7 +217,7 @@ def test_a_path_a_pathlike_and_json_text_are_all_read(tmp_path):
     broken["spec"]["services"]["VllmWorker"]["replicas"] = 0
     file = tmp_path / "deploy.yaml"
     file.write_text(dump(broken))
-    expected = ["spec.services.VllmWorker.replicas: expected 1 to 100,000, got 0"]
+    expected = ["spec.services.VllmWorker.replicas: expected 1 to 16,384, got 0"]
     assert problems(str(file)) == expected
     assert [str(p) for p in validate_manifest(file)] == expected
     assert problems(json.dumps(broken)) == expected  # one line of JSON is text, not a path
@@ -424,11 +424,11 @@ STRUCTURAL = {
     ),
     "replicas zero": (
         _set(f"{_VW}/replicas", 0),
-        [f"{W}.replicas: expected 1 to 100,000, got 0"],
+        [f"{W}.replicas: expected 1 to 16,384, got 0"],
     ),
     "frontend replicas zero": (
         _set("spec/services/Frontend/replicas", 0),
-        ["spec.services.Frontend.replicas: expected 1 to 100,000, got 0"],
+        ["spec.services.Frontend.replicas: expected 1 to 16,384, got 0"],
     ),
     "gpu missing": (
         _set(f"{_VW}/resources", _DELETE),
@@ -817,7 +817,7 @@ def test_cli_validate_prints_one_line_per_problem_and_exits_1(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         "apiVersion: expected nvidia.com/v1alpha1, got nvidia.com/v2",
-        f"{W}.replicas: expected 1 to 100,000, got 0",
+        f"{W}.replicas: expected 1 to 16,384, got 0",
     ]
     assert "2 problem(s)" in err
 

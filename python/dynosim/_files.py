@@ -37,8 +37,9 @@ def read_input(
     """The bytes of the input file ``path`` (``what`` names it in messages: "trace", ...).
 
     Raises ``error`` naming the file when it cannot be read, is a directory or a device (a pipe
-    is read, so a process substitution works), or, with ``max_line``, holds a line longer than
-    that many bytes: an unbounded input fails at once instead of being read forever.
+    is read, so a process substitution works), or, with ``max_line`` (at least 1 MiB), holds a
+    line longer than that many bytes: an unbounded input fails at once instead of being read
+    forever.
     """
     try:
         with open(path, "rb") as fh:
@@ -58,15 +59,22 @@ def read_input(
 def _read_lines_bounded(
     fh: BinaryIO, path: str | os.PathLike[str], error: type[Exception], what: str, max_line: int
 ) -> bytes:
+    # Lines inside one chunk are shorter than a chunk (at most max_line): only a line running
+    # across chunks is measured, up to its first break in a later chunk.
     chunks: list[bytes] = []
     lines = 1
     since_break = 0  # bytes since the last line break
     while chunk := fh.read(_CHUNK):
         chunks.append(chunk)
+        breaks = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
+        first = min(breaks, default=len(chunk))
+        too_long = since_break + first > max_line
         last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
         since_break = since_break + len(chunk) if last < 0 else len(chunk) - last - 1
-        if since_break > max_line:
-            lines += sum(c.count(b"\n") for c in chunks)
+        if too_long or since_break > max_line:
+            # The long line starts after the last break before this chunk (too_long), or after
+            # the last break of this one.
+            lines += sum(c.count(b"\n") for c in (chunks[:-1] if too_long else chunks))
             raise error(
                 f"{path}:{lines}: line longer than {max_line >> 20} MiB: not a {what} "
                 "(a binary file or a device?)"

@@ -7,12 +7,12 @@ for callers that do not know dynosim's hierarchy.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
-from pathlib import Path
 
-#: Files under this directory are dynosim's own.
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+#: Files under this directory are dynosim's own (spelled as the interpreter names its code).
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
 
 
 class DynosimError(Exception):

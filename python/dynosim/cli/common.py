@@ -23,6 +23,10 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
+#: The flags of synthetic traffic (``--isl``, ...), by their argparse names.
+SYNTHETIC_FLAGS = ("isl", "osl", "rate", "count", "duration_s", "seed")
+
+
 class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
 
@@ -98,7 +102,7 @@ def add_workload_arguments(parser: Any, extra_formats: tuple[str, ...] = ()) -> 
     g.add_argument("--rate", type=float, help="arrival rate (requests/s, Poisson)")
     g.add_argument("--count", type=int, help="number of requests")
     g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
-    g.add_argument("--seed", type=int, default=0, help="generator seed")
+    g.add_argument("--seed", type=int, help="generator seed (default 0)")
     parser.add_argument(
         "--format",
         choices=["mooncake", "azure", *extra_formats],
@@ -115,19 +119,18 @@ def workload_from_args(
 ) -> tuple[TraceWorkload | SyntheticWorkload, str]:
     """The workload the flags describe, and a name for it. Without TRACE or --synthetic: the
     bundled sample when ``sample_when_missing``, else a usage error."""
-    synthetic_flags = ("isl", "osl", "rate", "count", "duration_s")
     if args.synthetic:
         if args.trace is not None:
             raise UsageError("give a TRACE or --synthetic, not both")
         if args.format is not None:
             raise UsageError("--format reads a TRACE; --synthetic generates its requests")
-        given = {k: getattr(args, k) for k in synthetic_flags if getattr(args, k) is not None}
+        given = {k: getattr(args, k) for k in SYNTHETIC_FLAGS if getattr(args, k) is not None}
         # Generated requests get hash ids too, one per --trace-block-size prompt tokens.
-        work = SyntheticWorkload(**given, seed=args.seed, trace_block_size=args.trace_block_size)
+        work = SyntheticWorkload(**given, trace_block_size=args.trace_block_size)
         return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
-    stray = [f"--{k.replace('_', '-')}" for k in synthetic_flags if getattr(args, k) is not None]
+    stray = [f"--{k.replace('_', '-')}" for k in SYNTHETIC_FLAGS if getattr(args, k) is not None]
     if stray:
-        raise UsageError(f"{', '.join(stray)} need --synthetic")
+        raise UsageError(f"{', '.join(stray)} need{'s' if len(stray) == 1 else ''} --synthetic")
     if args.trace is None and not sample_when_missing:
         raise UsageError("give a TRACE file, or --synthetic with --isl, --osl and --rate")
     path = args.trace or sample_trace_path()
@@ -140,6 +143,7 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "SYNTHETIC_FLAGS",
     "UsageError",
     "add_workload_arguments",
     "can_plot",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dynosim.cli.common import UsageError
+from dynosim.cli.common import SYNTHETIC_FLAGS, UsageError
 from dynosim.compare.measured import MeasuredComparison
 from dynosim.workload.measured import MEASURED_FORMATS, MeasuredRun, load_measured
 
@@ -20,7 +20,6 @@ _LABELS = {
     "request_throughput_rps": "requests/s",
     "output_token_throughput_tps": "output tokens/s",
 }
-_SYNTHETIC_FLAGS = ("isl", "osl", "rate", "count", "duration_s")
 
 
 def add_arguments(parser: Any) -> None:
@@ -47,7 +46,7 @@ def measured_run(args: argparse.Namespace) -> tuple[MeasuredRun, str] | None:
             f"not the trace format {args.format}"
         )
     synthetic = [
-        f"--{k.replace('_', '-')}" for k in _SYNTHETIC_FLAGS if getattr(args, k) is not None
+        f"--{k.replace('_', '-')}" for k in SYNTHETIC_FLAGS if getattr(args, k) is not None
     ]
     if args.synthetic or synthetic:
         flags = ", ".join(["--synthetic"] * args.synthetic + synthetic)

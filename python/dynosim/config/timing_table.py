@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
-from dynosim._files import atomic_open
+from dynosim._files import atomic_open, read_input
 from dynosim.config.models import TABLE_ARRAYS, SimConfig, TableTiming
 from dynosim.errors import ConfigError
 
@@ -14,8 +15,9 @@ from dynosim.errors import ConfigError
 def load_timing_table(path: str | Path) -> TableTiming:
     """A TableTiming from an .npz file holding the arrays named in ``TABLE_ARRAYS``."""
     path = Path(path)
+    data = io.BytesIO(read_input(path, ConfigError, "timing table"))
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(data, allow_pickle=False) as npz:
             missing = [name for name in TABLE_ARRAYS if name not in npz.files]
             if missing:
                 raise ConfigError(

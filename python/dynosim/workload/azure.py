@@ -10,7 +10,7 @@ import numpy as np
 
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
-from dynosim.workload.reading import arrival_order, read_lines, token_count
+from dynosim.workload.reading import arrival_order, decode_text, token_count
 
 _AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 # numpy's datetime parser also takes "NaT", "now", "today" and zone suffixes; allow only plain
@@ -27,8 +27,9 @@ def _azure_count(where: str, key: str, text: str) -> int:
     return token_count(where, key, int(text))
 
 
-def read_azure(path: Path, trace_block_size: int) -> TraceColumns:
-    lines = read_lines(path)
+def read_azure(path: Path, data: bytes, trace_block_size: int) -> TraceColumns:
+    """The requests of the Azure CSV file ``path``, whose bytes are ``data``, as columns."""
+    lines = decode_text(path, data).split("\n")
     if not any(map(str.strip, lines)):
         raise WorkloadError(f"{path}: no requests: the file is empty")
     if lines[0] != _AZURE_HEADER:

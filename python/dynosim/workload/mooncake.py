@@ -11,13 +11,13 @@ import numpy as np
 
 from dynosim import _core
 from dynosim.workload.columns import TraceColumns
-from dynosim.workload.reading import arrival_order, csr_take, naming_lines, read_trace_bytes
+from dynosim.workload.reading import arrival_order, csr_take, naming_lines
 
 
-def read_mooncake(path: Path, trace_block_size: int) -> TraceColumns:
-    """The requests of the Mooncake trace ``path`` as columns, in arrival order, the first at
-    0 ms; a bad row raises WorkloadError naming the file, line, field and value."""
-    data = read_trace_bytes(path)
+def read_mooncake(path: Path, data: bytes, trace_block_size: int) -> TraceColumns:
+    """The requests of the Mooncake trace ``path``, whose bytes are ``data``, as columns, in
+    arrival order, the first at 0 ms; a bad row raises WorkloadError naming the file, line,
+    field and value."""
     # The core parses and checks every row (file order); sorting stays here.
     rows = _core.parse_mooncake(data, str(path), trace_block_size)
     lines = rows["line"]

@@ -34,13 +34,19 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def read_text(path: Path) -> str:
-    """The text of a UTF-8 file (a byte-order mark dropped, CRLF and CR read as LF)."""
+def decode_text(path: Path, data: bytes) -> str:
+    """The UTF-8 text of file ``path``'s bytes (a byte-order mark dropped, CRLF and CR read as
+    LF)."""
     try:
-        text = read_trace_bytes(path).decode("utf-8-sig")
-        return text.replace("\r\n", "\n").replace("\r", "\n")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_text(path: Path) -> str:
+    """The text of a UTF-8 file (see :func:`decode_text`)."""
+    return decode_text(path, read_trace_bytes(path))
 
 
 def read_lines(path: Path) -> list[str]:
@@ -106,6 +112,7 @@ __all__ = [
     "MAX_LENGTH",
     "arrival_order",
     "csr_take",
+    "decode_text",
     "file_sha256",
     "naming_lines",
     "read_lines",

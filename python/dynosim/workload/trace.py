@@ -3,6 +3,7 @@ in memory."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from dynosim.workload.azure import read_azure
 from dynosim.workload.base import WorkloadModel
 from dynosim.workload.columns import TraceColumns
 from dynosim.workload.mooncake import read_mooncake
-from dynosim.workload.reading import file_sha256
+from dynosim.workload.reading import file_sha256, read_trace_bytes
 
 
 class TraceWorkload(WorkloadModel):
@@ -75,7 +76,12 @@ class TraceWorkload(WorkloadModel):
         if self._columns is None:
             assert self.path is not None  # checked at validation; from_columns sets _columns
             read = read_mooncake if self._trace_format() == "mooncake" else read_azure
-            self._columns = read(self.path, self.trace_block_size)
+            data = read_trace_bytes(self.path)
+            if not self.path.is_file():
+                # A pipe cannot be read a second time: hash the bytes read (a file is hashed
+                # when a report asks for it).
+                self._sha256 = hashlib.sha256(data).hexdigest()
+            self._columns = read(self.path, data, self.trace_block_size)
         return self._columns
 
     def sha256(self) -> str:
@@ -123,6 +129,8 @@ def load_trace(
     first appearance, -1 for rows without one) and :attr:`TraceColumns.delay_ms` (NaN where
     none was given); both are None when no row has a ``session_id``.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise WorkloadError(f"path: expected a trace file path, got {type(path).__name__}")
     workload = TraceWorkload(path=Path(path), trace_block_size=trace_block_size, format=format)
     workload.columns()
     return workload

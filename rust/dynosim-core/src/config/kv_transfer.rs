@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::limits::{
-    count, positive_at_most, thousands, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS,
-    MAX_KV_BYTES_PER_TOKEN, MAX_LAYERS, MAX_PARALLEL,
+    count, positive_at_most, positive_within, thousands, MAX_DTYPE_BYTES, MAX_GBPS, MAX_HEADS,
+    MAX_KV_BYTES_PER_TOKEN, MAX_LAYERS, MAX_PARALLEL, MIN_GBPS,
 };
 use super::{Result, SimError};
 
@@ -171,10 +171,10 @@ impl KvTransferConfig {
 
     pub(super) fn validate(&self) -> Result<()> {
         if let Some(b) = self.bandwidth_gbps {
-            positive_at_most("kv_transfer.bandwidth_gbps", b, MAX_GBPS)?;
+            positive_within("kv_transfer.bandwidth_gbps", b, MIN_GBPS, MAX_GBPS)?;
         }
         if let Some(b) = self.decode_bandwidth_gbps {
-            positive_at_most("kv_transfer.decode_bandwidth_gbps", b, MAX_GBPS)?;
+            positive_within("kv_transfer.decode_bandwidth_gbps", b, MIN_GBPS, MAX_GBPS)?;
             if self.bandwidth_gbps.is_none() {
                 return Err(SimError::config(
                     "kv_transfer.decode_bandwidth_gbps",

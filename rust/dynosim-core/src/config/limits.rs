@@ -5,12 +5,13 @@
 
 use super::{Result, SimError};
 
-/// Workers of one pool (aggregated, prefill or decode).
-pub const MAX_WORKERS: u32 = 100_000;
+/// Workers of one pool (aggregated, prefill or decode). Each rank costs memory in proportion
+/// to the trace's distinct blocks (150 kB on the bundled sample): 16,384 ranks take 2.5 GB.
+pub const MAX_WORKERS: u32 = 16_384;
 /// Tensor-, data- and expert-parallel sizes.
 pub const MAX_PARALLEL: u32 = 1_024;
 /// Data-parallel ranks of the whole cluster (workers x DP over the pools); each is a scheduler.
-pub const MAX_RANKS: u64 = 100_000;
+pub const MAX_RANKS: u64 = 16_384;
 /// GPUs of the whole cluster (workers x TP x DP over the pools).
 pub const MAX_GPUS: u64 = 10_000_000;
 /// Tokens per KV block.
@@ -28,8 +29,17 @@ pub const MAX_CONCURRENCY: u32 = 100_000_000;
 /// KV bytes of one token (the largest models hold about a megabyte); it keeps every transfer
 /// and block move (at most 2^32 tokens each) a finite number of bytes.
 pub const MAX_KV_BYTES_PER_TOKEN: f64 = 1e9;
-/// Link bandwidths (GB/s): a petabyte per second.
+/// Link bandwidths (GB/s): a petabyte per second, down to a kilobyte per second.
 pub const MAX_GBPS: f64 = 1e6;
+pub const MIN_GBPS: f64 = 1e-6;
+/// Speedup ratios (arrivals, step times): a million times faster or slower at most.
+pub const MAX_RATIO: f64 = 1e6;
+pub const MIN_RATIO: f64 = 1e-6;
+/// The latency of one pass (ms), fixed or in a table: about 11.6 days; sums of passes stay
+/// finite.
+pub const MAX_STEP_MS: f64 = 1e9;
+/// The kv_aware router's weight of blocks to prefill: a cost stays finite.
+pub const MAX_OVERLAP_WEIGHT: f64 = 1e6;
 /// Layers of a `kv_shape`.
 pub const MAX_LAYERS: u32 = 10_000;
 /// KV heads per layer, and values per head, of a `kv_shape`.
@@ -53,6 +63,11 @@ pub fn limits_json() -> serde_json::Value {
         "max_concurrency": MAX_CONCURRENCY,
         "max_kv_bytes_per_token": MAX_KV_BYTES_PER_TOKEN,
         "max_gbps": MAX_GBPS,
+        "min_gbps": MIN_GBPS,
+        "max_ratio": MAX_RATIO,
+        "min_ratio": MIN_RATIO,
+        "max_step_ms": MAX_STEP_MS,
+        "max_overlap_weight": MAX_OVERLAP_WEIGHT,
         "max_layers": MAX_LAYERS,
         "max_heads": MAX_HEADS,
         "max_dtype_bytes": MAX_DTYPE_BYTES,
@@ -72,6 +87,16 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// `value` as a message shows it: plainly, or in exponent form when very large or small.
+pub(crate) fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude != 0.0 && magnitude.is_finite() && !(1e-4..1e16).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
+}
+
 /// `value` of `field` lies in 1..=max.
 pub(crate) fn count(field: &str, value: u32, max: u32) -> Result<()> {
     if (1..=max).contains(&value) {
@@ -89,7 +114,18 @@ pub(crate) fn count(field: &str, value: u32, max: u32) -> Result<()> {
 
 /// `value` of `field` is finite, > 0 and at most `max`.
 pub(crate) fn positive_at_most(field: &str, value: f64, max: f64) -> Result<()> {
+    positive_within(field, value, 0.0, max)
+}
+
+/// `value` of `field` is finite, > 0, and within `min..=max`.
+pub(crate) fn positive_within(field: &str, value: f64, min: f64, max: f64) -> Result<()> {
     super::positive(field, value)?;
+    if value < min {
+        return Err(SimError::config(
+            field,
+            format!("must be at least {min:e}, got {value:e}"),
+        ));
+    }
     if value > max {
         return Err(SimError::config(
             field,

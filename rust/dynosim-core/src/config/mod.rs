@@ -92,11 +92,22 @@ impl SimConfig {
             c.num_decode_workers,
             limits::MAX_WORKERS,
         )?;
-        positive("cluster.arrival_speedup_ratio", c.arrival_speedup_ratio)?;
-        if !(c.overlap_weight.is_finite() && c.overlap_weight >= 0.0) {
+        limits::positive_within(
+            "cluster.arrival_speedup_ratio",
+            c.arrival_speedup_ratio,
+            limits::MIN_RATIO,
+            limits::MAX_RATIO,
+        )?;
+        if !(c.overlap_weight.is_finite()
+            && (0.0..=limits::MAX_OVERLAP_WEIGHT).contains(&c.overlap_weight))
+        {
             return Err(SimError::config(
                 "cluster.overlap_weight",
-                format!("must be a finite number >= 0, got {}", c.overlap_weight),
+                format!(
+                    "must be a finite number from 0 to {:e}, got {}",
+                    limits::MAX_OVERLAP_WEIGHT,
+                    limits::number(c.overlap_weight)
+                ),
             ));
         }
         if let Some(n) = c.concurrency {
@@ -412,34 +423,34 @@ mod tests {
             ),
             (
                 r#"{"cluster": {"num_workers": 100000000}}"#,
-                "cluster.num_workers: must be between 1 and 100,000, got 100000000",
+                "cluster.num_workers: must be between 1 and 16,384, got 100000000",
             ),
             (
                 r#"{"cluster": {"num_workers": 2147483648}}"#,
-                "cluster.num_workers: must be between 1 and 100,000, got 2147483648",
+                "cluster.num_workers: must be between 1 and 16,384, got 2147483648",
             ),
             (
                 r#"{"engine": {"tensor_parallel_size": 65536}}"#,
                 "engine.tensor_parallel_size: must be between 1 and 1,024, got 65536",
             ),
-            // 100,000 x 1,024 x 1 = 102,400,000 GPUs.
+            // 16,384 x 1,024 x 1 = 16,777,216 GPUs.
             (
-                r#"{"cluster": {"num_workers": 100000}, "engine": {"tensor_parallel_size": 1024}}"#,
-                "cluster.num_workers: cluster.num_workers 100,000 x engine.tensor_parallel_size \
-                 1,024 x engine.data_parallel_size 1 = 102,400,000 GPUs, more than the limit of \
+                r#"{"cluster": {"num_workers": 16384}, "engine": {"tensor_parallel_size": 1024}}"#,
+                "cluster.num_workers: cluster.num_workers 16,384 x engine.tensor_parallel_size \
+                 1,024 x engine.data_parallel_size 1 = 16,777,216 GPUs, more than the limit of \
                  10,000,000",
             ),
-            // 100,000 x DP 2 = 200,000 ranks.
+            // 16,384 x DP 2 = 32,768 ranks.
             (
-                r#"{"cluster": {"num_workers": 100000}, "engine": {"data_parallel_size": 2}}"#,
-                "cluster.num_workers: cluster.num_workers 100,000 x engine.data_parallel_size 2 \
-                 = 200,000 ranks, more than the limit of 100,000",
+                r#"{"cluster": {"num_workers": 16384}, "engine": {"data_parallel_size": 2}}"#,
+                "cluster.num_workers: cluster.num_workers 16,384 x engine.data_parallel_size 2 \
+                 = 32,768 ranks, more than the limit of 16,384",
             ),
             (
-                r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 60000,
-                    "num_decode_workers": 60000}}"#,
-                "cluster: the prefill and decode pools have 120,000 ranks together, more than \
-                 the limit of 100,000",
+                r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 10000,
+                    "num_decode_workers": 10000}}"#,
+                "cluster: the prefill and decode pools have 20,000 ranks together, more than \
+                 the limit of 16,384",
             ),
             // 100,000,000 x 64 = 6.4e9 tokens, past 2^32 - 1.
             (
@@ -474,13 +485,34 @@ mod tests {
                 r#"{"cluster": {"concurrency": 0}}"#,
                 "cluster.concurrency: must be between 1 and 100,000,000, got 0",
             ),
+            // Settings whose products or sums of passes would overflow to infinity.
+            (
+                r#"{"timing": {"model": "fixed", "prefill_ms": 1e300, "decode_ms": 1}}"#,
+                "timing.prefill_ms: must be at most 1e9, got 1e300",
+            ),
+            (
+                r#"{"timing": {"speedup_ratio": 1e-300, "model": "polynomial"}}"#,
+                "timing.speedup_ratio: must be at least 1e-6, got 1e-300",
+            ),
+            (
+                r#"{"cluster": {"arrival_speedup_ratio": 1e300}}"#,
+                "cluster.arrival_speedup_ratio: must be at most 1e6, got 1e300",
+            ),
+            (
+                r#"{"kv_transfer": {"bandwidth_gbps": 1e-300, "kv_bytes_per_token": 2}}"#,
+                "kv_transfer.bandwidth_gbps: must be at least 1e-6, got 1e-300",
+            ),
+            (
+                r#"{"cluster": {"overlap_weight": 1e308}}"#,
+                "cluster.overlap_weight: must be a finite number from 0 to 1e6, got 1e308",
+            ),
         ] {
             let err = SimConfig::from_json(doc).unwrap_err();
             assert_eq!(err.to_string(), expected, "{doc}");
         }
         // At the limits themselves the configuration is valid: 65,536 x 65,535 < 2^32 tokens.
         SimConfig::from_json(
-            r#"{"cluster": {"num_workers": 100000},
+            r#"{"cluster": {"num_workers": 16384},
                 "engine": {"block_size": 65536, "num_gpu_blocks": 65535}}"#,
         )
         .unwrap();

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limits::{count, positive_at_most, MAX_BLOCKS, MAX_GBPS};
+use super::limits::{count, positive_within, MAX_BLOCKS, MAX_GBPS, MIN_GBPS};
 use super::{Result, SimError};
 
 /// Whether a G3 tier's link carries reads and writes on one capacity or on one each.
@@ -116,8 +116,8 @@ impl OffloadConfig {
 
     /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given).
     pub(super) fn validate(&self, kv_bytes_per_token: f64) -> Result<()> {
-        positive_at_most("offload.g1_g2_gbps", self.g1_g2_gbps, MAX_GBPS)?;
-        positive_at_most("offload.g2_g3_gbps", self.g2_g3_gbps, MAX_GBPS)?;
+        positive_within("offload.g1_g2_gbps", self.g1_g2_gbps, MIN_GBPS, MAX_GBPS)?;
+        positive_within("offload.g2_g3_gbps", self.g2_g3_gbps, MIN_GBPS, MAX_GBPS)?;
         for (name, value) in [
             ("offload.g1_g2_read_gbps", self.g1_g2_read_gbps),
             ("offload.g1_g2_write_gbps", self.g1_g2_write_gbps),
@@ -125,7 +125,7 @@ impl OffloadConfig {
             ("offload.g2_g3_write_gbps", self.g2_g3_write_gbps),
         ] {
             if let Some(v) = value {
-                positive_at_most(name, v, MAX_GBPS)?;
+                positive_within(name, v, MIN_GBPS, MAX_GBPS)?;
             }
         }
         if let Some(n) = self.g2_blocks {

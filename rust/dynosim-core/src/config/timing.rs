@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::limits::{count, MAX_PARALLEL};
-use super::{positive, Backend, Result, SimError};
+use super::limits::{
+    count, positive_at_most, positive_within, MAX_PARALLEL, MAX_RATIO, MAX_STEP_MS, MIN_RATIO,
+};
+use super::{Backend, Result, SimError};
 
 /// Dynamo mocker's uncalibrated step-time polynomial:
 /// prefill_ms(T) = 4.209989e-7 T^2 + 1.518344e-2 T + 16.50142 over T uncached prompt tokens,
@@ -173,7 +175,8 @@ fn validate_axes(section: &str, axes: &[(&str, &[f64])]) -> Result<()> {
     Ok(())
 }
 
-/// Check that `values` (at dotted path `field`) has `len` entries, each a finite latency >= 0.
+/// Check that `values` (at dotted path `field`) has `len` entries, each a latency from 0 to
+/// `MAX_STEP_MS`.
 fn validate_latencies(field: &str, values: &[f64], len: usize) -> Result<()> {
     if values.len() != len {
         return Err(SimError::config(
@@ -187,11 +190,11 @@ fn validate_latencies(field: &str, values: &[f64], len: usize) -> Result<()> {
     match values
         .iter()
         .enumerate()
-        .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+        .find(|(_, v)| !(v.is_finite() && (0.0..=MAX_STEP_MS).contains(*v)))
     {
         Some((j, v)) => Err(SimError::config(
             &format!("{field}[{j}]"),
-            format!("must be a finite latency >= 0 ms, got {v}"),
+            format!("must be a finite latency from 0 to {MAX_STEP_MS:e} ms, got {v}"),
         )),
         None => Ok(()),
     }
@@ -315,15 +318,18 @@ impl AicTiming {
 pub(super) fn validate_timing(section: &str, t: &TimingConfig) -> Result<()> {
     match t {
         TimingConfig::Polynomial(p) => {
-            positive(&format!("{section}.speedup_ratio"), p.speedup_ratio)?;
-            positive(
-                &format!("{section}.decode_speedup_ratio"),
-                p.decode_speedup_ratio,
-            )
+            for (name, value) in [
+                ("speedup_ratio", p.speedup_ratio),
+                ("decode_speedup_ratio", p.decode_speedup_ratio),
+            ] {
+                let field = format!("{section}.{name}");
+                positive_within(&field, value, MIN_RATIO, MAX_RATIO)?;
+            }
+            Ok(())
         }
         TimingConfig::Fixed(f) => {
-            positive(&format!("{section}.prefill_ms"), f.prefill_ms)?;
-            positive(&format!("{section}.decode_ms"), f.decode_ms)
+            positive_at_most(&format!("{section}.prefill_ms"), f.prefill_ms, MAX_STEP_MS)?;
+            positive_at_most(&format!("{section}.decode_ms"), f.decode_ms, MAX_STEP_MS)
         }
         TimingConfig::Table(t) => t.validate(section),
         TimingConfig::OpTables(t) => t.validate(section),

@@ -121,3 +121,21 @@ def test_console_script_runs_as_a_module():
     )
     assert done.returncode == 0, done.stderr
     assert "8 x 1" in done.stdout
+
+
+def test_an_azure_row_dated_1970_replays_with_bounded_series(tmp_path):
+    # 53 years between the first row and the others: the series once took one sample per
+    # second of that span (past 24 GB); now at most 2,048 buckets.
+    trace = tmp_path / "gap.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "1970-01-01 00:00:00.0000000,100,10\n"
+        "2023-11-16 18:15:46.6805900,200,20\n"
+        "2023-11-16 18:15:47.6805900,300,30\n"
+    )
+    out = tmp_path / "run.json"
+    assert main(["replay", str(trace), "--no-progress", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["summary"]["completed_requests"] == 3
+    assert len(report["timeseries"]["time_ms"]) <= 2048
+    assert report["summary"]["duration_ms"] > 53 * 365 * 86_400_000

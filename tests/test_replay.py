@@ -318,3 +318,44 @@ def test_trtllm_flavour_serves_every_mode_router_and_tier(settings, capacity):
     if capacity == "guaranteed_no_evict":
         assert s["num_preemptions"] == 0
     assert dynosim.replay(workload, config).to_json() == report.to_json()
+
+
+@pytest.mark.parametrize(
+    ("case", "rows", "config"),
+    [
+        # A row dated decades after the first (an Azure timestamp of 1970 beside 2023).
+        ("arrival 1e300 ms", [(0.0, 4, 2, [1]), (1e300, 4, 2, [2])], {}),
+        ("1e-9 ms buckets", [(0.0, 4, 2, [1]), (5000.0, 4, 2, [2])], {"sample_interval_ms": 1e-9}),
+        ("a day of 1 ms buckets", [(0.0, 4, 2, [1]), (86_400_000.0, 4, 2, [2])], {}),
+    ],
+)
+def test_time_series_stay_bounded_whatever_the_span(columns, case, rows, config):
+    # The series hold at most 2,048 buckets however long the replay or fine the interval, so
+    # memory follows the requests: each of these once grew a sample per interval until the
+    # process ran out of memory.
+    report_config = {"sample_interval_ms": 1.0, **config}
+    report = dynosim.replay(columns(rows, 4), {**small(), "report": report_config})
+    ts = report.timeseries
+    assert 1 <= len(ts["time_ms"]) <= 2048, case
+    assert ts["interval_ms"] * len(ts["time_ms"]) >= report.summary["duration_ms"]
+    assert report.completed_requests + report.rejected_requests == len(rows)
+
+
+def test_a_session_turn_a_long_delay_later_keeps_the_series_bounded():
+    # Two turns of one session, the second sent 1e13 ms after the first ends.
+    from dynosim.workload import TraceColumns
+
+    cols = TraceColumns(
+        arrival_ms=np.array([0.0, 1.0]),
+        input_length=np.array([4, 4], dtype=np.uint32),
+        output_length=np.array([2, 2], dtype=np.uint32),
+        hash_offsets=np.array([0, 1, 2], dtype=np.uint64),
+        hash_ids=np.array([1, 2], dtype=np.uint64),
+        trace_block_size=4,
+        session=np.array([0, 0], dtype=np.int64),
+        delay_ms=np.array([np.nan, 1e13]),
+    )
+    report = dynosim.replay(cols, {**small(), "report": {"sample_interval_ms": 1.0}})
+    assert report.summary["duration_ms"] > 1e13
+    assert len(report.timeseries["time_ms"]) <= 2048
+    assert report.completed_requests == 2

@@ -12,7 +12,6 @@ import pytest
 
 import dynosim
 from dynosim.report import REPORT_FORMAT, REPORT_VERSION, config_sha256, load_report
-from dynosim.workload.identity import columns_sha256
 
 pd = pytest.importorskip("pandas")
 
@@ -41,13 +40,13 @@ def test_in_memory_requests_are_named_by_their_content(columns):
     a = columns([(0.0, 100, 5, [1]), (10.0, 200, 5, [1, 2])], 128)
     b = columns([(0.0, 100, 5, [1]), (10.0, 200, 6, [1, 2])], 128)
     ra, rb = dynosim.replay(a), dynosim.replay(b)
-    assert ra.provenance["trace"] == {"name": "columns", "sha256": columns_sha256(a)}
+    assert ra.provenance["trace"] == {"name": "columns", "sha256": a.sha256}
     assert rb.provenance["trace"]["sha256"] != ra.provenance["trace"]["sha256"]
     synthetic = dynosim.SyntheticWorkload(isl=64, osl=4, count=5, rate=10.0)
     rs = dynosim.replay(synthetic)
     assert rs.provenance["trace"] == {
         "name": "synthetic",
-        "sha256": columns_sha256(synthetic.columns()),
+        "sha256": synthetic.columns().sha256,
     }
 
 

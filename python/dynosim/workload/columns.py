@@ -3,7 +3,9 @@ request, the prefix hash ids of each prompt in CSR layout, and optional session 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -76,6 +78,11 @@ class TraceColumns:
                 )
             if not arr.flags.c_contiguous:
                 raise WorkloadError(f"TraceColumns.{name}: expected a C-contiguous array")
+            # A read-only view: the columns are checked once and hashed once (``sha256``), so
+            # they must not change through this object.
+            view = arr.view()
+            view.flags.writeable = False
+            object.__setattr__(self, name, view)
         n = len(self.arrival_ms)
         for name in ("input_length", "output_length", "session", "delay_ms"):
             arr = getattr(self, name)
@@ -101,6 +108,28 @@ class TraceColumns:
     def __len__(self) -> int:
         """Number of requests."""
         return len(self.arrival_ms)
+
+    @cached_property
+    def sha256(self) -> str:
+        """The sha256 (hex) of the requests themselves: the trace block size, then each
+        column's name, dtype and bytes (an absent session column hashed as its name alone).
+        Computed once: a report names in-memory requests by it."""
+        digest = hashlib.sha256(f"trace_block_size={self.trace_block_size}".encode())
+        for name in (
+            "arrival_ms",
+            "input_length",
+            "output_length",
+            "hash_offsets",
+            "hash_ids",
+            "session",
+            "delay_ms",
+        ):
+            digest.update(name.encode())
+            arr = getattr(self, name)
+            if arr is not None:
+                digest.update(arr.dtype.str.encode())
+                digest.update(arr.tobytes())
+        return digest.hexdigest()
 
     @property
     def num_sessions(self) -> int:

@@ -4,33 +4,11 @@ columns."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from dynosim.workload.columns import TraceColumns
 from dynosim.workload.synthetic import SyntheticWorkload
 from dynosim.workload.trace import TraceWorkload
-
-
-def columns_sha256(columns: TraceColumns) -> str:
-    """The sha256 of the requests themselves: the trace block size, then each column's name,
-    dtype and bytes (an absent session column hashed as its name alone)."""
-    digest = hashlib.sha256(f"trace_block_size={columns.trace_block_size}".encode())
-    for name in (
-        "arrival_ms",
-        "input_length",
-        "output_length",
-        "hash_offsets",
-        "hash_ids",
-        "session",
-        "delay_ms",
-    ):
-        digest.update(name.encode())
-        arr = getattr(columns, name)
-        if arr is not None:
-            digest.update(arr.dtype.str.encode())
-            digest.update(arr.tobytes())
-    return digest.hexdigest()
 
 
 def identity(workload: Any, columns: TraceColumns) -> dict[str, str]:
@@ -40,7 +18,7 @@ def identity(workload: Any, columns: TraceColumns) -> dict[str, str]:
     if isinstance(workload, TraceWorkload) and workload.path is not None:
         return {"name": workload.path.name, "sha256": workload.sha256()}
     kind = "synthetic" if isinstance(workload, SyntheticWorkload) else "columns"
-    return {"name": kind, "sha256": columns_sha256(columns)}
+    return {"name": kind, "sha256": columns.sha256}
 
 
-__all__ = ["columns_sha256", "identity"]
+__all__ = ["identity"]

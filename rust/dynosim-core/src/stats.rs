@@ -1,8 +1,6 @@
 //! Exact summary statistics: mean, spread and linearly interpolated percentiles (numpy's
 //! default method) over plain or run-length weighted samples, and a bounded CDF to draw.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 /// Samples with multiplicities. Equal consecutive values merge, which keeps inter-token
@@ -41,13 +39,17 @@ impl WeightedSamples {
     }
 }
 
-/// Bins per factor of ten of a [`Cdf`]: neighbouring points are 10^(1/50) = 4.7 % apart.
-pub const CDF_BINS_PER_DECADE: f64 = 50.0;
+/// Mantissa bits a [`Cdf`] bin keeps: 16 bins per factor of two, neighbouring points at most
+/// 2^-4 = 6.25 % apart.
+const CDF_MANTISSA_BITS: u32 = 4;
+const CDF_SHIFT: u32 = 52 - CDF_MANTISSA_BITS;
 
 /// The share of samples at or below each of a bounded number of values, to draw the CDF of
-/// millions of samples at a fixed size. Samples fall into bins `(10^((k-1)/50), 10^(k/50)]`
-/// (one bin for samples <= 0, shown at 0); each non-empty bin gives its upper edge and the
-/// share of samples up to it, the last point the exact maximum. Empty without samples.
+/// millions of samples at a fixed size. A positive sample falls into the bin of its binary
+/// exponent and leading 4 mantissa bits, `[2^e (1 + j/16), 2^e (1 + (j+1)/16))`, read off its
+/// bits without a logarithm (one bin for samples <= 0, shown at 0); each non-empty bin gives
+/// its upper edge and the share of samples below it, the last point the exact maximum. Empty
+/// without samples.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Cdf {
     pub ms: Vec<f64>,
@@ -56,30 +58,32 @@ pub struct Cdf {
 
 impl Cdf {
     fn of(runs: &[(f64, u64)]) -> Cdf {
-        // Ordered bins: a BTreeMap, as iteration order decides the output.
-        let mut bins: BTreeMap<i32, u64> = BTreeMap::new();
-        let (mut total, mut max) = (0_u64, f64::NEG_INFINITY);
+        // Bins by bit pattern: for positive finite doubles the order of the bits is the order
+        // of the values, so bin k holds the samples whose top bits are k.
+        let mut bins = vec![0_u64; 1 << (63 - CDF_SHIFT)];
+        let (mut zero, mut total, mut max) = (0_u64, 0_u64, f64::NEG_INFINITY);
         for &(v, c) in runs {
-            let bin = if v > 0.0 {
-                (v.log10() * CDF_BINS_PER_DECADE).ceil() as i32
+            if v > 0.0 {
+                bins[(v.to_bits() >> CDF_SHIFT) as usize] += c;
             } else {
-                i32::MIN
-            };
-            *bins.entry(bin).or_default() += c;
+                zero += c;
+            }
             total += c;
             max = max.max(v);
         }
         let mut cdf = Cdf::default();
-        let mut seen = 0;
-        for (bin, count) in bins {
-            seen += count;
-            let edge = if bin == i32::MIN {
-                0.0
-            } else {
-                10_f64.powf(f64::from(bin) / CDF_BINS_PER_DECADE)
-            };
-            cdf.ms.push(edge.min(max));
+        let mut seen = zero;
+        if zero > 0 {
+            cdf.ms.push(0.0);
             cdf.share.push(seen as f64 / total as f64);
+        }
+        for (k, &count) in bins.iter().enumerate() {
+            if count > 0 {
+                seen += count;
+                let edge = f64::from_bits((k as u64 + 1) << CDF_SHIFT);
+                cdf.ms.push(edge.min(max));
+                cdf.share.push(seen as f64 / total as f64);
+            }
         }
         cdf
     }
@@ -383,17 +387,15 @@ mod tests {
 
     #[test]
     fn cdf_bins_are_log_spaced_and_end_at_the_maximum() {
-        // 1 -> bin 0 (edge 1); 2 -> ceil(50 log10 2) = ceil(15.05) = 16, edge 10^0.32 = 2.089;
-        // 10 -> bin 50, edge 10, the maximum. Shares 2/4, 3/4, 4/4.
+        // 1 = 2^0 (1 + 0/16): bin [1, 1.0625); 2 = 2^1: bin [2, 2.125); 10 = 2^3 (1 + 4/16):
+        // bin [10, 10.5), shown at the maximum 10. Shares 2/4, 3/4, 4/4.
         let mut s = WeightedSamples::default();
         s.push_n(1.0, 2);
         s.push(2.0);
         s.push(10.0);
         let cdf = s.cdf();
         assert_eq!(cdf.share, vec![0.5, 0.75, 1.0]);
-        assert_eq!(cdf.ms[0], 1.0);
-        assert!((cdf.ms[1] - 10_f64.powf(0.32)).abs() < 1e-12);
-        assert_eq!(cdf.ms[2], 10.0);
+        assert_eq!(cdf.ms, vec![1.0625, 2.125, 10.0]);
         // A gap of 0 ms has its own point at 0; no samples, no points.
         let mut z = WeightedSamples::default();
         z.push(0.0);

@@ -40,6 +40,8 @@ pub struct Transport {
     /// Line rate: transfers in flight per link, and the two links of each transfer by id.
     line_flows: Vec<u32>,
     line_ends: Vec<[u32; 2]>,
+    /// Transfers started plus transfers finished (`version`).
+    changes: u64,
 }
 
 impl Transport {
@@ -74,12 +76,14 @@ impl Transport {
             started_bytes: vec![0.0; num_prefill_ranks + num_decode_ranks],
             line_flows: vec![0; num_prefill_ranks + num_decode_ranks],
             line_ends: Vec::new(),
+            changes: 0,
         })
     }
 
     /// Start moving `bytes` from prefill rank `src` to decode rank `dst` (each counted within
     /// its role) at `now` (ms).
     pub fn start(&mut self, now: f64, src: usize, dst: usize, bytes: f64) -> Result<u64> {
+        self.changes += 1;
         self.started_bytes[src] += bytes;
         self.started_bytes[self.num_prefill_ranks + dst] += bytes;
         match &mut self.kind {
@@ -131,12 +135,14 @@ impl Transport {
                         }
                     }
                     out.push(id);
+                    self.changes += 1;
                 }
                 Ok(())
             }
             Kind::Shared { net, done } => {
                 net.pop_finished_into(now, done)?;
                 out.extend(done.iter().map(|f| f.0));
+                self.changes += done.len() as u64;
                 Ok(())
             }
         }
@@ -147,6 +153,15 @@ impl Transport {
         match &self.kind {
             Kind::Timed { .. } => 0,
             Kind::Shared { net, .. } => net.recomputations(),
+        }
+    }
+
+    /// A number that changes whenever the rate on some link may have: transfers started or
+    /// finished, or the max-min rates solved again.
+    pub fn version(&self) -> u64 {
+        match &self.kind {
+            Kind::Timed { .. } => self.changes,
+            Kind::Shared { net, .. } => self.changes + net.recomputations(),
         }
     }
 

@@ -10,8 +10,13 @@ pub(super) struct Sampler {
     /// Time each worker spent running passes (ms).
     pub(super) busy_ms: Vec<f64>,
     last_ms: f64,
+    /// The state read last, and the state held since the series' end, not recorded yet: most
+    /// turns of the loop change nothing the series show, and equal states are one segment.
     values: Vec<f64>,
+    held: Vec<f64>,
     links: Vec<f64>,
+    /// The transport's state the link utilization was last read at.
+    links_read_at: Option<u64>,
 }
 
 impl Sampler {
@@ -39,7 +44,9 @@ impl Sampler {
             busy_ms: vec![0.0; workers],
             last_ms: 0.0,
             values: Vec::new(),
+            held: Vec::new(),
             links: vec![0.0; links],
+            links_read_at: None,
         }
     }
 
@@ -49,12 +56,22 @@ impl Sampler {
         if now <= self.last_ms {
             return;
         }
+        let since = self.last_ms;
         self.read(cluster, now);
-        self.series.record(now, &self.values);
+        if self.values != self.held {
+            // The held state ends where this one began.
+            if !self.held.is_empty() {
+                self.series.record(since, &self.held);
+            }
+            std::mem::swap(&mut self.held, &mut self.values);
+        }
     }
 
     /// Close the series at the replay's end `now` (ms) with the final state.
     pub(super) fn finish(&mut self, now: f64, cluster: &Cluster) {
+        if !self.held.is_empty() {
+            self.series.record(self.last_ms, &self.held);
+        }
         self.read(cluster, now);
         self.series.finish(now, &self.values);
     }
@@ -79,7 +96,11 @@ impl Sampler {
             v.push(busy);
         }
         if !self.links.is_empty() {
-            cluster.transport.link_utilization_now(&mut self.links);
+            let at = cluster.transport.version();
+            if self.links_read_at != Some(at) {
+                cluster.transport.link_utilization_now(&mut self.links);
+                self.links_read_at = Some(at);
+            }
             v.extend_from_slice(&self.links);
         }
         if let Some(tiers) = &cluster.tiers {

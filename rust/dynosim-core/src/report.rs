@@ -431,7 +431,7 @@ fn per_second(count: f64, duration_ms: f64) -> f64 {
 
 impl Report {
     pub fn build(
-        mut records: Records,
+        records: Records,
         timeseries: TimeSeries,
         counters: Counters,
         duration_ms: f64,
@@ -513,6 +513,7 @@ impl Report {
             .filter(|&i| !records.transfer_end_ms[i].is_nan())
             .collect();
         let completed = done.len() as u64;
+        let (itl_ms, itl_cdf_ms) = records.itl.summarise();
         let summary = Summary {
             num_requests: n as u64,
             completed_requests: completed,
@@ -530,8 +531,8 @@ impl Report {
             ttft_ms: pick(&derived.ttft_ms),
             ttst_ms: pick(&derived.ttst_ms),
             tpot_ms: pick(&derived.tpot_ms),
-            itl_ms: records.itl.distribution(),
-            itl_cdf_ms: records.itl.cdf(),
+            itl_ms,
+            itl_cdf_ms,
             e2e_ms: pick(&derived.e2e_ms),
             num_transfers: transferred.len() as u64,
             transfer_bytes: transferred.iter().map(|&i| records.transfer_bytes[i]).sum(),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from dynosim import TraceColumns
 
@@ -79,3 +80,17 @@ def head_columns(cols: TraceColumns, n: int) -> TraceColumns:
         hash_ids=cols.hash_ids[:end].copy(),
         trace_block_size=cols.trace_block_size,
     )
+
+
+#: Random request rows for property tests: (gap ms, prompt tokens, output tokens, prefix
+#: family), 1 to 40 of them.
+requests_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 50),  # gap ms
+        st.integers(1, 80),  # prompt tokens
+        st.integers(1, 30),  # output tokens
+        st.integers(0, 2),  # prefix family
+    ),
+    min_size=1,
+    max_size=40,
+)

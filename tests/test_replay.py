@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import make_columns
+from conftest import make_columns, requests_strategy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -245,18 +245,6 @@ def test_core_errors_map_to_dynosim_exceptions():
     with pytest.raises(ConfigError, match="invalid configuration"):
         _core.replay(columns_of(1, 1), "{not json")
     assert issubclass(dynosim.SimulationError, DynosimError)
-
-
-requests_strategy = st.lists(
-    st.tuples(
-        st.integers(0, 50),  # gap ms
-        st.integers(1, 80),  # prompt tokens
-        st.integers(1, 30),  # output tokens
-        st.integers(0, 2),  # prefix family
-    ),
-    min_size=1,
-    max_size=40,
-)
 
 
 @settings(max_examples=60, deadline=None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import have, make_columns
+from conftest import have, make_columns, requests_strategy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,18 +62,6 @@ def test_disaggregated_with_kv_aware_router_completes():
     report = dynosim.replay(workload, config)
     assert_accounted_for(report, len(workload.columns()))
     assert report.summary["reused_tokens"] > 0
-
-
-requests_strategy = st.lists(
-    st.tuples(
-        st.integers(0, 50),  # gap ms
-        st.integers(1, 80),  # prompt tokens
-        st.integers(1, 30),  # output tokens
-        st.integers(0, 2),  # prefix family
-    ),
-    min_size=1,
-    max_size=40,
-)
 
 
 @settings(max_examples=80, deadline=None)

@@ -81,24 +81,7 @@ proptest! {
         let r = rows.replay(&c);
         let s = &r.summary;
         prop_assert_eq!(s.completed_requests + s.rejected_requests, s.num_requests);
-        for i in 0..rows.arrival.len() {
-            let rec = &r.records;
-            if rec.status[i] == Status::Completed as u8 {
-                prop_assert!(rec.first_token_ms[i] >= rec.arrival_ms[i]);
-                prop_assert!(rec.last_token_ms[i] >= rec.first_token_ms[i]);
-                prop_assert!(rec.reused_tokens[i] <= rec.input_length[i]);
-            } else {
-                prop_assert_eq!(rec.status[i], Status::Rejected as u8);
-                prop_assert!(rec.reject_reason[i] != RejectReason::None as u8);
-            }
-        }
-        let completed_outputs: u64 = (0..rows.arrival.len())
-            .filter(|&i| r.records.status[i] == Status::Completed as u8)
-            .map(|i| u64::from(rows.output[i]) - 1)
-            .sum();
-        prop_assert_eq!(s.itl_ms.count, completed_outputs);
-        let again = rows.replay(&c);
-        prop_assert_eq!(r.summary_json(), again.summary_json());
+        common::check_replay(&rows, &c, &r)?;
     }
 }
 

@@ -620,16 +620,10 @@ impl Engine for SglangScheduler {
         if !formed {
             return None;
         }
-        let mut shape = PassShape::default();
-        for &id in &self.in_pass {
+        let shape = PassShape::of(self.in_pass.iter().map(|&id| {
             let seq = &self.seqs[id as usize];
-            if seq.prefilling {
-                shape.add_chunk(seq.pass_tokens, seq.computed - seq.pass_tokens);
-            } else {
-                shape.decode_requests += 1;
-                shape.decode_kv_tokens += u64::from(seq.computed);
-            }
-        }
+            (seq.prefilling, seq.pass_tokens, seq.computed)
+        }));
         self.busy = true;
         self.passes += 1;
         #[cfg(debug_assertions)]

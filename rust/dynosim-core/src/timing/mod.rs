@@ -31,6 +31,22 @@ pub struct PassShape {
 }
 
 impl PassShape {
+    /// The pass of requests given as (prefilling, tokens computed in the pass, KV tokens after
+    /// it): a prefilling request's chunk attends over what its prompt already holds (a cached
+    /// prefix and its earlier chunks), a decoding one over its whole context.
+    pub fn of(requests: impl Iterator<Item = (bool, u32, u32)>) -> PassShape {
+        let mut shape = PassShape::default();
+        for (prefilling, tokens, computed) in requests {
+            if prefilling {
+                shape.add_chunk(tokens, computed - tokens);
+            } else {
+                shape.decode_requests += 1;
+                shape.decode_kv_tokens += u64::from(computed);
+            }
+        }
+        shape
+    }
+
     /// Count a prefill chunk of `tokens` new tokens after `prefix` earlier ones of its prompt.
     pub fn add_chunk(&mut self, tokens: u32, prefix: u32) {
         self.prefill_tokens += u64::from(tokens);

@@ -2,7 +2,9 @@
 // Every test crate includes this module and uses a different part of it.
 #![allow(dead_code)]
 
+use dynosim_core::report::{RejectReason, Status};
 use dynosim_core::{replay, Report, SimConfig, Workload};
+use proptest::prelude::*;
 
 /// Requests in columns, built row by row: (arrival ms, prompt tokens, output tokens, trace
 /// hash ids), with `tbs` tokens per hash id.
@@ -55,4 +57,31 @@ impl Rows {
     pub fn replay(&self, config: &SimConfig) -> Report {
         replay(&self.workload(), config, None).unwrap()
     }
+}
+
+/// What every replay of `rows` under `config` must show: each request completed after it
+/// arrived (reusing at most its prompt) or rejected with a reason, counts that add up, one
+/// inter-token gap per completed output token after the first, and the same summary again.
+pub fn check_replay(rows: &Rows, config: &SimConfig, r: &Report) -> Result<(), TestCaseError> {
+    let s = &r.summary;
+    prop_assert_eq!(s.completed_requests + s.rejected_requests, s.num_requests);
+    let rec = &r.records;
+    for i in 0..rows.arrival.len() {
+        if rec.status[i] == Status::Completed as u8 {
+            prop_assert!(rec.first_token_ms[i] >= rec.arrival_ms[i]);
+            prop_assert!(rec.last_token_ms[i] >= rec.first_token_ms[i]);
+            prop_assert!(rec.reused_tokens[i] <= rec.input_length[i]);
+        } else {
+            prop_assert_eq!(rec.status[i], Status::Rejected as u8);
+            prop_assert!(rec.reject_reason[i] != RejectReason::None as u8);
+        }
+    }
+    let completed_outputs: u64 = (0..rows.arrival.len())
+        .filter(|&i| rec.status[i] == Status::Completed as u8)
+        .map(|i| u64::from(rows.output[i]) - 1)
+        .sum();
+    prop_assert_eq!(s.itl_ms.count, completed_outputs);
+    let again = rows.replay(config);
+    prop_assert_eq!(r.summary_json(), again.summary_json());
+    Ok(())
 }

@@ -35,8 +35,12 @@ pub struct TimeSeries {
     pub sample_interval_ms: f64,
     /// The bucket width in use (ms): `sample_interval_ms` times a power of two.
     width_ms: f64,
-    /// Time up to which values were recorded (ms).
+    /// Time up to which values were observed (ms).
     end_ms: f64,
+    /// Per column, the value it has held since `held_from_ms`, not in the buckets yet: most
+    /// observations change a few columns, and a column's unchanged run is one segment.
+    held: Vec<f64>,
+    held_from_ms: Vec<f64>,
     /// Each series' name and shape, in the order `record` takes values.
     series: Vec<(&'static str, Shape)>,
     columns: usize,
@@ -63,6 +67,8 @@ impl TimeSeries {
             sample_interval_ms,
             width_ms: sample_interval_ms,
             end_ms: 0.0,
+            held: Vec::new(),
+            held_from_ms: Vec::new(),
             series,
             columns,
             integral: Vec::new(),
@@ -71,45 +77,66 @@ impl TimeSeries {
         }
     }
 
-    /// Record that every column held `values` (all series' columns in order) from where the
-    /// last record ended until `to_ms`.
-    pub fn record(&mut self, to_ms: f64, values: &[f64]) {
+    /// Observe that every column held `values` (all series' columns in order) from the last
+    /// observation until `to_ms`.
+    pub fn observe(&mut self, to_ms: f64, values: &[f64]) {
         debug_assert_eq!(values.len(), self.columns);
         let from = self.end_ms;
         if to_ms <= from {
+            return;
+        }
+        if self.held.is_empty() {
+            self.held = values.to_vec();
+            self.held_from_ms = vec![from; values.len()];
+        } else {
+            for (k, &v) in values.iter().enumerate() {
+                if v != self.held[k] {
+                    self.add(k, self.held_from_ms[k], from, self.held[k]);
+                    self.held[k] = v;
+                    self.held_from_ms[k] = from;
+                }
+            }
+        }
+        self.end_ms = to_ms;
+    }
+
+    /// Close the series at `end_ms` with `values` as the state since the last observation. A
+    /// replay that spans no time gets one bucket holding that instant's state.
+    pub fn finish(&mut self, end_ms: f64, values: &[f64]) {
+        self.observe(end_ms, values);
+        let end = self.end_ms;
+        for k in 0..self.held.len() {
+            self.add(k, self.held_from_ms[k], end, self.held[k]);
+        }
+        self.held_from_ms.fill(end);
+        if self.integral.is_empty() {
+            self.grow(1);
+            self.min.copy_from_slice(values);
+            self.max.copy_from_slice(values);
+        }
+    }
+
+    /// Put `value`, held by column `k` over `[from_ms, to_ms)`, into the buckets.
+    fn add(&mut self, k: usize, from_ms: f64, to_ms: f64, value: f64) {
+        if to_ms <= from_ms {
             return;
         }
         while to_ms / self.width_ms > MAX_BUCKETS as f64 {
             self.coarsen();
         }
         let w = self.width_ms;
-        let first = (from / w) as usize;
+        let first = (from_ms / w) as usize;
         let last = ((to_ms / w).ceil() as usize).clamp(first + 1, MAX_BUCKETS);
         self.grow(last);
         let c = self.columns;
         for b in first..last {
-            let span = to_ms.min((b + 1) as f64 * w) - from.max(b as f64 * w);
-            if span <= 0.0 {
-                continue;
+            let span = to_ms.min((b + 1) as f64 * w) - from_ms.max(b as f64 * w);
+            if span > 0.0 {
+                let i = b * c + k;
+                self.integral[i] += value * span;
+                self.min[i] = self.min[i].min(value);
+                self.max[i] = self.max[i].max(value);
             }
-            let row = b * c;
-            for (k, &v) in values.iter().enumerate() {
-                self.integral[row + k] += v * span;
-                self.min[row + k] = self.min[row + k].min(v);
-                self.max[row + k] = self.max[row + k].max(v);
-            }
-        }
-        self.end_ms = to_ms;
-    }
-
-    /// Close the series at `end_ms` with `values` as the state there. A replay that spans no
-    /// time gets one bucket holding that instant's state.
-    pub fn finish(&mut self, end_ms: f64, values: &[f64]) {
-        self.record(end_ms, values);
-        if self.integral.is_empty() {
-            self.grow(1);
-            self.min.copy_from_slice(values);
-            self.max.copy_from_slice(values);
         }
     }
 
@@ -221,9 +248,9 @@ mod tests {
     fn a_step_inside_one_bucket_keeps_its_mean_min_and_max() {
         // 10 ms buckets; 1 over [0, 4), 5 over [4, 6), 2 over [6, 10), 3 over [10, 15).
         let mut s = TimeSeries::new(10.0, vec![("x", Shape::Scalar)]);
-        s.record(4.0, &[1.0]);
-        s.record(6.0, &[5.0]);
-        s.record(10.0, &[2.0]);
+        s.observe(4.0, &[1.0]);
+        s.observe(6.0, &[5.0]);
+        s.observe(10.0, &[2.0]);
         s.finish(15.0, &[3.0]);
         let x = s.get("x").unwrap();
         assert_eq!(s.time_ms(), vec![0.0, 10.0]);
@@ -238,7 +265,7 @@ mod tests {
         // A year of 1 ms buckets would be 3.2e10 of them; the width doubles until <= 2048 fit.
         let year_ms = 365.0 * 86_400_000.0;
         let mut s = TimeSeries::new(1.0, vec![("x", Shape::Columns(2))]);
-        s.record(1.0, &[7.0, 1.0]);
+        s.observe(1.0, &[7.0, 1.0]);
         s.finish(year_ms, &[0.0, 1.0]);
         assert!(s.len() <= MAX_BUCKETS);
         assert!(s.interval_ms() >= year_ms / MAX_BUCKETS as f64);
@@ -273,7 +300,7 @@ mod tests {
             let mut s = TimeSeries::new(interval, vec![("x", Shape::Scalar)]);
             let (mut t, mut area) = (0.0, 0.0);
             for &(dt, v) in &steps {
-                s.record(t + dt, &[f64::from(v)]);
+                s.observe(t + dt, &[f64::from(v)]);
                 area += dt * f64::from(v);
                 t += dt;
             }

@@ -275,7 +275,7 @@ impl KvCache {
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
-    #[inline]
+    #[inline(always)]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
         let slot = Slot {
             id,
@@ -296,6 +296,7 @@ impl KvCache {
         index
     }
 
+    #[inline]
     fn find(&self, id: BlockId) -> Option<u32> {
         self.slot_of.get(id)
     }

@@ -125,7 +125,8 @@ impl HashedSlots {
     }
 
     /// The slot of `id`, if held.
-    #[inline]
+    // Out of line: the dense arms of `SlotIndex` stay small enough to inline.
+    #[inline(never)]
     pub fn get(&self, id: BlockId) -> Option<u32> {
         let mask = self.mask();
         let mut i = self.home(id);
@@ -142,7 +143,8 @@ impl HashedSlots {
     }
 
     /// Map `id` to `slot` (replacing its slot if held).
-    #[inline]
+    // Out of line: the dense arms of `SlotIndex` stay small enough to inline.
+    #[inline(never)]
     pub fn insert(&mut self, id: BlockId, slot: u32) {
         debug_assert_ne!(id, EMPTY);
         if 2 * (self.len + 1) > self.entries.len() {
@@ -163,7 +165,8 @@ impl HashedSlots {
 
     /// Forget `id` (nothing if not held). Later entries of its probe run move back into the
     /// gap, so every held identity stays reachable from its home without tombstones.
-    #[inline]
+    // Out of line: the dense arms of `SlotIndex` stay small enough to inline.
+    #[inline(never)]
     pub fn remove(&mut self, id: BlockId) {
         let mask = self.mask();
         let mut gap = self.home(id);

@@ -10,10 +10,7 @@ pub(super) struct Sampler {
     /// Time each worker spent running passes (ms).
     pub(super) busy_ms: Vec<f64>,
     last_ms: f64,
-    /// The state read last, and the state held since the series' end, not recorded yet: most
-    /// turns of the loop change nothing the series show, and equal states are one segment.
     values: Vec<f64>,
-    held: Vec<f64>,
     links: Vec<f64>,
     /// The transport's state the link utilization was last read at.
     links_read_at: Option<u64>,
@@ -44,7 +41,6 @@ impl Sampler {
             busy_ms: vec![0.0; workers],
             last_ms: 0.0,
             values: Vec::new(),
-            held: Vec::new(),
             links: vec![0.0; links],
             links_read_at: None,
         }
@@ -56,22 +52,12 @@ impl Sampler {
         if now <= self.last_ms {
             return;
         }
-        let since = self.last_ms;
         self.read(cluster, now);
-        if self.values != self.held {
-            // The held state ends where this one began.
-            if !self.held.is_empty() {
-                self.series.record(since, &self.held);
-            }
-            std::mem::swap(&mut self.held, &mut self.values);
-        }
+        self.series.observe(now, &self.values);
     }
 
     /// Close the series at the replay's end `now` (ms) with the final state.
     pub(super) fn finish(&mut self, now: f64, cluster: &Cluster) {
-        if !self.held.is_empty() {
-            self.series.record(self.last_ms, &self.held);
-        }
         self.read(cluster, now);
         self.series.finish(now, &self.values);
     }
@@ -80,21 +66,26 @@ impl Sampler {
         let ranks = &cluster.ranks;
         let span = now - self.last_ms;
         self.last_ms = now;
+        let workers = cluster.workers.len();
         let v = &mut self.values;
-        v.clear();
-        v.push(ranks.iter().map(|r| r.waiting_len() as f64).sum());
-        v.push(ranks.iter().map(|r| r.running_len() as f64).sum());
-        v.extend(
-            cluster
-                .workers
-                .iter()
-                .map(|w| f64::from(w.ranks().map(|r| ranks[r].active_blocks()).sum::<u32>())),
-        );
+        // Queue, running, then a column per worker for KV blocks and for busy: one pass over
+        // the workers fills all of them.
+        v.resize(2 + 2 * workers, 0.0);
+        let (mut queued, mut running) = (0, 0);
         for (w, worker) in cluster.workers.iter().enumerate() {
+            let mut blocks = 0;
+            for rank in &ranks[worker.ranks()] {
+                queued += rank.waiting_len();
+                running += rank.running_len();
+                blocks += rank.active_blocks();
+            }
             let busy = f64::from(u8::from(worker.busy));
             self.busy_ms[w] += busy * span;
-            v.push(busy);
+            v[2 + w] = f64::from(blocks);
+            v[2 + workers + w] = busy;
         }
+        v[0] = queued as f64;
+        v[1] = running as f64;
         if !self.links.is_empty() {
             let at = cluster.transport.version();
             if self.links_read_at != Some(at) {

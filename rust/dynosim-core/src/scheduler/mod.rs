@@ -140,6 +140,42 @@ impl Scheduler {
     }
 }
 
+/// The accessors the replay loop reads on every turn, dispatched by flavour so each inlines
+/// (they shadow the `Engine` methods reached through `Deref`, which go through a vtable).
+impl Scheduler {
+    #[inline]
+    pub fn waiting_len(&self) -> usize {
+        match self {
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s.waiting_len(),
+            Scheduler::Sglang(s) => s.waiting_len(),
+        }
+    }
+
+    #[inline]
+    pub fn running_len(&self) -> usize {
+        match self {
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s.running_len(),
+            Scheduler::Sglang(s) => s.running_len(),
+        }
+    }
+
+    #[inline]
+    pub fn active_blocks(&self) -> u32 {
+        match self {
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s.active_blocks(),
+            Scheduler::Sglang(s) => s.active_blocks(),
+        }
+    }
+
+    #[inline]
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Scheduler::Vllm(s) | Scheduler::Trtllm(s) => s.is_busy(),
+            Scheduler::Sglang(s) => s.is_busy(),
+        }
+    }
+}
+
 impl std::ops::Deref for Scheduler {
     type Target = dyn Engine;
 

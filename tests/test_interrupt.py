@@ -49,6 +49,10 @@ def _interrupt_while_replaying(argv: list[str]) -> tuple[int, str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # A shell without job control starts background jobs with SIGINT ignored, and Python
+        # then installs no KeyboardInterrupt handler: give the child the default disposition,
+        # as a terminal's foreground job has.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120

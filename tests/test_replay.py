@@ -347,3 +347,44 @@ def test_a_session_turn_a_long_delay_later_keeps_the_series_bounded():
     assert report.summary["duration_ms"] > 1e13
     assert len(report.timeseries["time_ms"]) <= 2048
     assert report.completed_requests == 2
+
+
+def _over_the_replay(report, series: np.ndarray) -> np.ndarray:
+    """The time-weighted mean of a series' bucket means over the whole replay."""
+    ts, end = report.timeseries, report.summary["duration_ms"]
+    start = ts["time_ms"]
+    covered = np.minimum(start + ts["interval_ms"], end) - start
+    weights = covered if series.ndim == 1 else covered[:, None]
+    return (series * weights).sum(axis=0) / end
+
+
+def test_link_use_over_time_adds_up_to_the_summarys():
+    # The series sample each link's rate at every change; integrated over the buckets they
+    # give the bytes each link carried, the summary's utilization.
+    sample = dynosim.sample_trace_path()
+    disagg = dynosim.replay(
+        sample,
+        {
+            "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2},
+            "kv_transfer": {"kv_bytes_per_token": 160_000, "bandwidth_gbps": 5.0},
+        },
+    )
+    got = _over_the_replay(disagg, disagg.timeseries["link_utilization"]["mean"])
+    assert got == pytest.approx(disagg.summary["link_utilization"], rel=1e-9)
+    tiers = dynosim.replay(
+        sample,
+        {
+            "engine": {"num_gpu_blocks": 2048},
+            "kv_transfer": {"kv_bytes_per_token": 160_000},
+            "offload": {"g2_blocks": 4096, "g3_blocks": 65536, "g3_shared": True, "g2_g3_gbps": 1},
+        },
+    )
+    use = tiers.summary["offload"]["link_utilization"]
+    ts = tiers.timeseries
+    for series, total in (
+        ("g1_g2_link_use", use["g1_to_g2"]),
+        ("g2_g1_link_use", use["g2_to_g1"]),
+        ("g3_link_use", use["g2_to_g3"]),
+    ):
+        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-9)
+    assert use["g3_to_g2"] == use["g2_to_g3"]  # one half-duplex link carries both

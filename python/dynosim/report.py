@@ -108,8 +108,10 @@ class Report:
             its max): ``queued`` and ``running`` requests, ``kv_blocks_used`` and ``busy``
             (buckets x workers; busy is the share of the bucket a worker ran passes),
             ``link_utilization`` (buckets x KV-transfer links, prefill send links first) with a
-            bandwidth, ``g2_blocks_used``, ``g3_blocks_used`` and ``onboarding`` (requests
-            waiting for tier blocks) with offload tiers.
+            bandwidth, ``g2_blocks_used``, ``g3_blocks_used``, ``onboarding`` (requests
+            waiting for tier blocks) and the used share of each kind of tier link
+            (``g1_g2_link_use`` copies down, ``g2_g1_link_use`` reads up, ``g3_link_use`` or
+            ``g2_g3_link_use`` and ``g3_g2_link_use`` by G3's duplex) with offload tiers.
         provenance: what produced the report: ``dynosim_version``, ``config_sha256`` (of the
             configuration as canonical JSON, :func:`config_sha256`), ``trace`` (``name`` and
             ``sha256``: a trace file's name and the hash of its bytes, or ``synthetic`` /

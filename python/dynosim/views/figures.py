@@ -110,7 +110,8 @@ def _bands(ax: Any, series: dict[str, Any], names: Sequence[str], mean: bool = F
 def state(report: Any) -> Any:
     """Over time: requests waiting and running (all workers), KV blocks in use per worker
     (each bucket's min-max band), the share of each bucket each worker ran passes, and with
-    offload tiers the blocks G2 and G3 hold and the requests waiting for them."""
+    offload tiers the blocks G2 and G3 hold, the requests waiting for them and the used share
+    of each kind of tier link."""
     series = timeseries(report)
 
     def each(name: str) -> list[str]:
@@ -124,6 +125,8 @@ def state(report: Any) -> Any:
     if "g2_blocks_used" in series:
         panels.append((["g2_blocks_used", "g3_blocks_used"], "blocks held in tier", False))
         panels.append((["onboarding"], "requests onboarding", False))
+        links = [k for k in series if k.endswith("_link_use")]
+        panels.append((links, "tier link use (mean)", True))
     fig, axes = _figure(len(panels), 1, height=2.6)
     for ax, (names, ylabel, mean) in zip(axes.flat, panels, strict=True):
         _bands(ax, series, names, mean)

@@ -156,7 +156,7 @@ def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
         "state",
         "Requests waiting and running, KV blocks in use per worker"
         + (
-            ", blocks held in the offload tiers and requests waiting for them"
+            ", blocks held in the offload tiers, requests waiting for them and the tier links' use"
             if "g2_blocks_used" in report.timeseries
             else ""
         )

@@ -684,6 +684,50 @@ impl Tiers {
         self.counters[self.side(rank)].onboards_skipped += 1;
     }
 
+    /// The tier links' kinds a time series shows, by name: copies down G1->G2, reads up
+    /// G2->G1, and the G3 links (one series when reads and writes share them).
+    pub fn link_kinds(&self) -> &'static [&'static str] {
+        match (self.g3.is_empty(), self.duplex) {
+            (true, _) => &["g1_g2_link_use", "g2_g1_link_use"],
+            (false, Duplex::Half) => &["g1_g2_link_use", "g2_g1_link_use", "g3_link_use"],
+            (false, Duplex::Full) => &[
+                "g1_g2_link_use",
+                "g2_g1_link_use",
+                "g2_g3_link_use",
+                "g3_g2_link_use",
+            ],
+        }
+    }
+
+    /// The used fraction of each kind of tier link now (rate over capacity, all links of the
+    /// kind together), in `link_kinds` order.
+    pub fn link_use_now(&self, out: &mut Vec<f64>) {
+        let (n, m) = (self.num_ranks, self.g3.len());
+        let use_of = |links: std::ops::Range<usize>| {
+            let capacity: f64 = self.capacity[links.clone()].iter().sum();
+            let rate: f64 = links.map(|l| self.net.link_rate(l)).sum();
+            if capacity > 0.0 {
+                rate / capacity
+            } else {
+                0.0
+            }
+        };
+        out.push(use_of(n..2 * n));
+        out.push(use_of(0..n));
+        if m > 0 {
+            let writes = self.write23(0)..self.write23(0) + m;
+            out.push(use_of(writes.clone()));
+            if self.duplex == Duplex::Full {
+                out.push(use_of(self.read23(0)..self.read23(0) + m));
+            }
+        }
+    }
+
+    /// A number that changes whenever the rates on the tier links may have.
+    pub fn version(&self) -> u64 {
+        self.net.version()
+    }
+
     /// Mean used fraction of `links` over `duration_ms`.
     fn utilization(&self, links: std::ops::Range<usize>, duration_ms: f64) -> f64 {
         let capacity: f64 = self.capacity[links.clone()].iter().sum::<f64>() * duration_ms;

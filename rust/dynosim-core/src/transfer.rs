@@ -40,7 +40,7 @@ pub struct Transport {
     /// Line rate: transfers in flight per link, and the two links of each transfer by id.
     line_flows: Vec<u32>,
     line_ends: Vec<[u32; 2]>,
-    /// Transfers started plus transfers finished (`version`).
+    /// Line rate: transfers started plus transfers finished (`version`).
     changes: u64,
 }
 
@@ -161,7 +161,7 @@ impl Transport {
     pub fn version(&self) -> u64 {
         match &self.kind {
             Kind::Timed { .. } => self.changes,
-            Kind::Shared { net, .. } => self.changes + net.recomputations(),
+            Kind::Shared { net, .. } => net.version(),
         }
     }
 

@@ -193,6 +193,8 @@ pub struct LinkNetwork {
     touched: Vec<u32>,
     touched_flag: Vec<bool>,
     recomputations: u64,
+    /// Flows started and finished plus rate solves: changes when any link's rate may have.
+    changes: u64,
     /// Groups passed to the solver over all solves (for tests and tuning).
     solved_groups: u64,
     // Scratch reused across calls.
@@ -238,6 +240,7 @@ impl LinkNetwork {
             touched: Vec::new(),
             touched_flag: vec![false; n],
             recomputations: 0,
+            changes: 0,
             solved_groups: 0,
             epoch: 0,
             link_mark: vec![0; n],
@@ -283,6 +286,7 @@ impl LinkNetwork {
             });
         }
         let cap = check_cap(id, cap.unwrap_or(f64::INFINITY))?;
+        self.changes += 1;
         self.advance_clock(now_ms)?;
         let now = self.clock_ms;
         let overdue = self.peek_due().filter(|&(_, t)| t < now - time_tol(now));
@@ -434,6 +438,7 @@ impl LinkNetwork {
     /// Solves the component listed in the filler and applies the new rates.
     fn solve_component(&mut self, now: f64, comp_groups: &[u32]) -> Result<(), LinkError> {
         self.recomputations += 1;
+        self.changes += 1;
         self.solved_groups += comp_groups.len() as u64;
         self.filler.solve();
 
@@ -515,6 +520,7 @@ impl LinkNetwork {
         let result = self.pop_steps(now, &mut done);
         done.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         out.extend(done.iter().map(|&(_, id)| id));
+        self.changes += done.len() as u64;
         self.done_scratch = done;
         result
     }
@@ -702,6 +708,12 @@ impl LinkNetwork {
     /// Flows started and not yet returned by `pop_finished`.
     pub fn active_flows(&self) -> usize {
         self.flow_group.len() + self.zero_byte.len()
+    }
+
+    /// A number that changes whenever the rate on some link may have: flows started or
+    /// finished, rates solved. Equal numbers, equal rates.
+    pub fn version(&self) -> u64 {
+        self.changes
     }
 
     /// Number of rate solves run so far.

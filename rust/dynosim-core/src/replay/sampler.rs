@@ -14,6 +14,9 @@ pub(super) struct Sampler {
     links: Vec<f64>,
     /// The transport's state the link utilization was last read at.
     links_read_at: Option<u64>,
+    /// The tier links' use, and the tiers' state it was read at.
+    tier_links: Vec<f64>,
+    tier_links_read_at: Option<u64>,
 }
 
 impl Sampler {
@@ -29,12 +32,13 @@ impl Sampler {
         if links > 0 {
             names.push(("link_utilization", Shape::Columns(links)));
         }
-        if cluster.tiers.is_some() {
+        if let Some(tiers) = &cluster.tiers {
             names.extend([
                 ("g2_blocks_used", Shape::Scalar),
                 ("g3_blocks_used", Shape::Scalar),
                 ("onboarding", Shape::Scalar),
             ]);
+            names.extend(tiers.link_kinds().iter().map(|&k| (k, Shape::Scalar)));
         }
         Sampler {
             series: TimeSeries::new(interval_ms, names),
@@ -43,6 +47,8 @@ impl Sampler {
             values: Vec::new(),
             links: vec![0.0; links],
             links_read_at: None,
+            tier_links: Vec::new(),
+            tier_links_read_at: None,
         }
     }
 
@@ -98,6 +104,13 @@ impl Sampler {
             v.push(f64::from(tiers.g2_used()));
             v.push(f64::from(tiers.g3_used()));
             v.push(tiers.onboarding() as f64);
+            let at = tiers.version();
+            if self.tier_links_read_at != Some(at) {
+                self.tier_links.clear();
+                tiers.link_use_now(&mut self.tier_links);
+                self.tier_links_read_at = Some(at);
+            }
+            v.extend_from_slice(&self.tier_links);
         }
     }
 }

@@ -406,8 +406,9 @@ impl SglangScheduler {
             // At least one token is computed, so the pass has logits to sample from.
             let (cached, node) = self.tree.match_prefix(request, target - 1);
             let extend = target - cached;
+            // Memory comes in whole pages: the prompt's new tokens take `input`.
             let input = self.page_ceil(extend);
-            let total = f64::from(extend + self.clipped_remaining(&self.seqs[id as usize]));
+            let total = f64::from(input + self.clipped_remaining(&self.seqs[id as usize]));
             if total >= room(self) - offset {
                 break;
             }
@@ -421,7 +422,7 @@ impl SglangScheduler {
                 break;
             }
             let chunk = if i64::from(input) <= rem_chunk {
-                offset += total - f64::from(extend) + f64::from(input);
+                offset += total;
                 extend
             } else {
                 let trunc = (rem_chunk.max(0) as u32) / page * page;
@@ -595,11 +596,13 @@ impl Engine for SglangScheduler {
     fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
         let (prompt, output) = (u64::from(prompt), u64::from(output));
         let page = u64::from(self.settings.page_size);
-        if (prompt + 1).div_ceil(page) * page > self.capacity {
+        // Admission must hold the uncached prompt tokens, in whole pages, and the remaining
+        // output (one token on a prefill rank) strictly inside memory.
+        if prompt.div_ceil(page) * page + 1 >= self.capacity {
             Some(RejectReason::PromptExceedsCache)
-        } else if self.role != Role::Prefill && prompt + output >= self.capacity {
-            // Admission must hold the uncached tokens and the remaining output (clipped)
-            // strictly inside memory; a retracted request has both at most prompt + output.
+        } else if self.role != Role::Prefill && prompt + output + page > self.capacity {
+            // A request retracted after g tokens needs ceil_page(prompt + g) + output - g,
+            // at most prompt + output + page - 1.
             Some(RejectReason::OutputExceedsCache)
         } else {
             None

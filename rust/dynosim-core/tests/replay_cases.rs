@@ -1,24 +1,17 @@
 //! Hand-computable replays: every expected time below is worked out in the comments.
 
-use dynosim_core::config::{FixedTiming, PolynomialTiming, TimingConfig};
+use dynosim_core::config::{PolynomialTiming, TimingConfig};
 use dynosim_core::report::{RejectReason, Status};
 use dynosim_core::{replay, SimConfig, Workload};
 
 mod common;
-use common::Rows;
+use common::{arb_rows, Rows};
 use proptest::prelude::*;
 
 /// One worker, 4-token blocks, fixed timing: prefill 10 ms, decode 1 ms.
 fn small(num_gpu_blocks: u32, budget: u32) -> SimConfig {
-    let mut c = SimConfig::default();
-    c.cluster.num_workers = 1;
-    c.engine.block_size = Some(4);
-    c.engine.num_gpu_blocks = num_gpu_blocks;
+    let mut c = common::one_worker(num_gpu_blocks);
     c.engine.max_num_batched_tokens = Some(budget);
-    c.timing = TimingConfig::Fixed(FixedTiming {
-        prefill_ms: 10.0,
-        decode_ms: 1.0,
-    });
     c
 }
 
@@ -207,11 +200,6 @@ fn bad_workload_is_an_error_not_a_panic() {
     );
 }
 
-fn arb_rows() -> impl Strategy<Value = Vec<(u32, u32, u32, u8)>> {
-    // (gap ms, prompt tokens, output tokens, prefix family)
-    prop::collection::vec((0u32..40, 1u32..60, 1u32..20, 0u8..3), 1..40)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
@@ -222,19 +210,7 @@ proptest! {
     fn requests_are_conserved(rows in arb_rows(), blocks in 2u32..40, budget in 1u32..40,
                               seqs in 1u32..6, workers in 1u32..4, fifo in any::<bool>(),
                               chunked in any::<bool>(), flavour in 0u8..3) {
-        let mut t = 0.0;
-        let mut table = Vec::new();
-        for &(gap, input, output, family) in &rows {
-            t += f64::from(gap);
-            // Shared leading ids within a family make prefix hits happen.
-            let ids: Vec<u64> = (0..input.div_ceil(4) as u64)
-                .map(|k| if k < 2 { u64::from(family) * 100 + k } else { 10_000 + t as u64 * 64 + k })
-                .collect();
-            table.push((t, input, output, ids));
-        }
-        let refs: Vec<(f64, u32, u32, &[u64])> =
-            table.iter().map(|(t, i, o, h)| (*t, *i, *o, h.as_slice())).collect();
-        let rows = Rows::new(4, &refs);
+        let rows = Rows::of_families(&rows);
         let mut c = small(blocks, budget);
         c.engine.max_num_seqs = seqs;
         c.cluster.num_workers = workers;

@@ -9,12 +9,7 @@ use dynosim_core::SimConfig;
 use proptest::prelude::*;
 
 mod common;
-use common::Rows;
-
-fn arb_rows() -> impl Strategy<Value = Vec<(u32, u32, u32, u8)>> {
-    // (gap ms, prompt tokens, output tokens, prefix family)
-    prop::collection::vec((0u32..40, 1u32..60, 1u32..20, 0u8..3), 1..40)
-}
+use common::{arb_rows, Rows};
 
 /// The SGLang flavour on `tokens` tokens of KV in 4-token blocks, fixed timing (prefill 10 ms,
 /// decode 1 ms), small prefill budgets so prompts are chunked.
@@ -50,19 +45,7 @@ proptest! {
                               lpm in any::<bool>(), seqs in 1u32..6, workers in 1u32..4,
                               disaggregated in any::<bool>(), kv_aware in any::<bool>(),
                               g2 in any::<bool>()) {
-        let mut t = 0.0;
-        let mut table = Vec::new();
-        for &(gap, input, output, family) in &rows {
-            t += f64::from(gap);
-            // Shared leading ids within a family make prefix hits happen.
-            let ids: Vec<u64> = (0..input.div_ceil(4) as u64)
-                .map(|k| if k < 2 { u64::from(family) * 100 + k } else { 10_000 + t as u64 * 64 + k })
-                .collect();
-            table.push((t, input, output, ids));
-        }
-        let refs: Vec<(f64, u32, u32, &[u64])> =
-            table.iter().map(|(t, i, o, h)| (*t, *i, *o, h.as_slice())).collect();
-        let rows = Rows::new(4, &refs);
+        let rows = Rows::of_families(&rows);
         let mut c = sglang(tokens, page, lpm);
         c.engine.max_num_seqs = seqs;
         if disaggregated {

@@ -2,7 +2,7 @@
 //! worked out in the comments. One worker, 4-token blocks, fixed timing: a pass that prefills
 //! costs 10 ms, one that decodes 1 ms, one that does both 11 ms.
 
-use dynosim_core::config::{Backend, CapacityScheduler, FixedTiming, TimingConfig};
+use dynosim_core::config::{Backend, CapacityScheduler};
 use dynosim_core::report::RejectReason;
 use dynosim_core::SimConfig;
 
@@ -10,16 +10,9 @@ mod common;
 use common::Rows;
 
 fn trtllm(num_gpu_blocks: u32, max_num_tokens: u32) -> SimConfig {
-    let mut c = SimConfig::default();
-    c.cluster.num_workers = 1;
+    let mut c = common::one_worker(num_gpu_blocks);
     c.engine.backend = Backend::Trtllm;
-    c.engine.block_size = Some(4);
-    c.engine.num_gpu_blocks = num_gpu_blocks;
     c.engine.max_num_tokens = Some(max_num_tokens);
-    c.timing = TimingConfig::Fixed(FixedTiming {
-        prefill_ms: 10.0,
-        decode_ms: 1.0,
-    });
     c
 }
 

@@ -2,6 +2,7 @@
 // Every test crate includes this module and uses a different part of it.
 #![allow(dead_code)]
 
+use dynosim_core::config::{FixedTiming, TimingConfig};
 use dynosim_core::report::{RejectReason, Status};
 use dynosim_core::{replay, Report, SimConfig, Workload};
 use proptest::prelude::*;
@@ -84,4 +85,49 @@ pub fn check_replay(rows: &Rows, config: &SimConfig, r: &Report) -> Result<(), T
     let again = rows.replay(config);
     prop_assert_eq!(r.summary_json(), again.summary_json());
     Ok(())
+}
+
+/// Random request rows: (gap ms, prompt tokens, output tokens, prefix family).
+pub fn arb_rows() -> impl Strategy<Value = Vec<(u32, u32, u32, u8)>> {
+    prop::collection::vec((0u32..40, 1u32..60, 1u32..20, 0u8..3), 1..40)
+}
+
+impl Rows {
+    /// `arb_rows` as requests of 4-token hash ids: arrivals the running sum of the gaps, and
+    /// the first two ids shared within a family so prefix hits happen.
+    pub fn of_families(rows: &[(u32, u32, u32, u8)]) -> Rows {
+        let mut t = 0.0;
+        let mut table = Vec::new();
+        for &(gap, input, output, family) in rows {
+            t += f64::from(gap);
+            let ids: Vec<u64> = (0..input.div_ceil(4) as u64)
+                .map(|k| {
+                    if k < 2 {
+                        u64::from(family) * 100 + k
+                    } else {
+                        10_000 + t as u64 * 64 + k
+                    }
+                })
+                .collect();
+            table.push((t, input, output, ids));
+        }
+        let refs: Vec<(f64, u32, u32, &[u64])> = table
+            .iter()
+            .map(|(t, i, o, h)| (*t, *i, *o, h.as_slice()))
+            .collect();
+        Rows::new(4, &refs)
+    }
+}
+
+/// One worker of `num_gpu_blocks` 4-token blocks with fixed timing: prefill 10 ms, decode 1 ms.
+pub fn one_worker(num_gpu_blocks: u32) -> SimConfig {
+    let mut c = SimConfig::default();
+    c.cluster.num_workers = 1;
+    c.engine.block_size = Some(4);
+    c.engine.num_gpu_blocks = num_gpu_blocks;
+    c.timing = TimingConfig::Fixed(FixedTiming {
+        prefill_ms: 10.0,
+        decode_ms: 1.0,
+    });
+    c
 }

@@ -249,7 +249,9 @@ def test_other_documents_may_accompany_the_dgd():
     assert problems(dump(vllm_agg(), domain)) == []
 
 
-def test_trtllm_engine_config_in_a_mounted_configmap_is_read():
+def trtllm_in_a_config_map(model: str = "x", **over: Any) -> list[dict[str, Any]]:
+    """A disaggregated TensorRT-LLM DGD whose engine configs (``over`` their settings) a
+    mounted ConfigMap holds: the DGD, then the ConfigMap."""
     doc = trtllm_disagg()
     config_map: dict[str, Any] = {
         "apiVersion": "v1",
@@ -258,16 +260,19 @@ def test_trtllm_engine_config_in_a_mounted_configmap_is_read():
         "data": {},
     }
     for name, role in (("TRTLLMPrefillWorker", "prefill"), ("TRTLLMDecodeWorker", "decode")):
-        svc = doc["spec"]["services"][name]
+        pod = doc["spec"]["services"][name]["extraPodSpec"]
         file = f"/workspace/engine_configs/{role}_config.yaml"
-        svc["extraPodSpec"]["volumes"] = [
-            {"name": "engine-configs", "configMap": {"name": "engine-configs"}}
-        ]
-        svc["extraPodSpec"]["mainContainer"]["args"] = [
-            f'args=(--model-path "{MODEL}" --extra-engine-args "{file}")\n'
+        pod["volumes"] = [{"name": "engine-configs", "configMap": {"name": "engine-configs"}}]
+        pod["mainContainer"]["args"] = [
+            f'args=(--model-path "{model}" --extra-engine-args "{file}")\n'
             'exec python3 -m dynamo.trtllm "${args[@]}"\n'
         ]
-        config_map["data"][f"{role}_config.yaml"] = trtllm_config(role, tp=2, block=64)
+        config_map["data"][f"{role}_config.yaml"] = trtllm_config(role, tp=2, **over)
+    return [doc, config_map]
+
+
+def test_trtllm_engine_config_in_a_mounted_configmap_is_read():
+    doc, config_map = trtllm_in_a_config_map(MODEL, block=64)
     text = dump(config_map, doc)
     assert problems(text, candidate("trtllm", "disaggregated", block_size=64)) == []
     assert problems(text, candidate("trtllm", "disaggregated")) == [
@@ -493,27 +498,6 @@ def test_a_kind_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path, capsys):
     assert "Traceback" not in captured.err
 
 
-def _trtllm_in_a_config_map() -> list[dict[str, Any]]:
-    """A disaggregated TensorRT-LLM DGD whose engine configs a mounted ConfigMap holds."""
-    doc = trtllm_disagg()
-    config_map: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "engine-configs"},
-        "data": {},
-    }
-    for name, role in (("TRTLLMPrefillWorker", "prefill"), ("TRTLLMDecodeWorker", "decode")):
-        pod = doc["spec"]["services"][name]["extraPodSpec"]
-        file = f"/workspace/engine_configs/{role}_config.yaml"
-        pod["volumes"] = [{"name": "engine-configs", "configMap": {"name": "engine-configs"}}]
-        pod["mainContainer"]["args"] = [
-            f'args=(--model-path x --extra-engine-args "{file}")\n'
-            'exec python3 -m dynamo.trtllm "${args[@]}"\n'
-        ]
-        config_map["data"][f"{role}_config.yaml"] = trtllm_config(role, tp=2)
-    return [doc, config_map]
-
-
 def _nodes(node: Any, path: tuple[Any, ...] = ()):
     """Every path into a YAML document, the document itself first."""
     yield path
@@ -532,7 +516,7 @@ def _nodes(node: Any, path: tuple[Any, ...] = ()):
     ("docs", "cand"),
     [
         ([vllm_disagg()], ("vllm", "disaggregated")),
-        (_trtllm_in_a_config_map(), ("trtllm", "disaggregated")),
+        (trtllm_in_a_config_map(), ("trtllm", "disaggregated")),
     ],
     ids=["vllm", "trtllm-configmap"],
 )

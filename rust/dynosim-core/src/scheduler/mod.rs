@@ -13,7 +13,7 @@ use crate::config::{Backend, EngineConfig, Role};
 use crate::error::{Result, SimError};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::StepTimer;
+use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
 pub use sglang::SglangScheduler;
@@ -96,6 +96,34 @@ pub trait Engine {
     fn running_len(&self) -> usize;
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
+}
+
+/// Run up to `plain` decode passes of `requests` decoding requests over `kv` KV tokens, after
+/// the pass that started at `start` and ends at `end`, each ending before `horizon` (ms): every
+/// pass end emits a token per request (its gap recorded) and the next pass attends over one
+/// more token each. Returns the start and end of the pass left in flight and the passes ended.
+pub(super) fn chain_decode_passes(
+    timer: &StepTimer,
+    (requests, kv): (u32, u64),
+    (start, end, horizon): (f64, f64, f64),
+    plain: u32,
+    records: &mut Records,
+) -> (f64, f64, u32) {
+    let mut shape = PassShape {
+        decode_requests: requests,
+        decode_kv_tokens: kv,
+        ..PassShape::default()
+    };
+    let (mut prev, mut end) = (start, end);
+    let mut passes = 0u32;
+    while passes < plain && end < horizon {
+        records.itl.push_n(end - prev, u64::from(requests));
+        shape.decode_kv_tokens += u64::from(requests);
+        prev = end;
+        end = prev + timer.pass_ms(&shape);
+        passes += 1;
+    }
+    (prev, end, passes)
 }
 
 /// One rank's engine in the flavour its configuration names.

@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::Engine;
+use super::{chain_decode_passes, Engine};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
@@ -749,20 +749,13 @@ impl Engine for SglangScheduler {
                 plain /= 2;
             }
         }
-        let mut shape = PassShape {
-            decode_requests: n as u32,
-            decode_kv_tokens: kv,
-            ..PassShape::default()
-        };
-        let (mut prev, mut end) = (start, end);
-        let mut passes = 0u32;
-        while passes < plain && end < horizon {
-            records.itl.push_n(end - prev, n as u64);
-            shape.decode_kv_tokens += n as u64;
-            prev = end;
-            end = prev + self.timer.pass_ms(&shape);
-            passes += 1;
-        }
+        let (prev, end, passes) = chain_decode_passes(
+            &self.timer,
+            (n as u32, kv),
+            (start, end, horizon),
+            plain,
+            records,
+        );
         if passes > 0 {
             let in_pass = std::mem::take(&mut self.in_pass);
             for &id in &in_pass {

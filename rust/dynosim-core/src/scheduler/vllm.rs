@@ -8,7 +8,7 @@ use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::Engine;
+use crate::scheduler::{chain_decode_passes, Engine};
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -815,20 +815,13 @@ impl Engine for VllmScheduler {
             plain = plain.min(before_last).min(room);
             kv += u64::from(seq.computed);
         }
-        let mut shape = PassShape {
-            decode_requests: n as u32,
-            decode_kv_tokens: kv,
-            ..PassShape::default()
-        };
-        let (mut prev, mut end) = (start, end);
-        let mut passes = 0u32;
-        while passes < plain && end < horizon {
-            records.itl.push_n(end - prev, n as u64);
-            shape.decode_kv_tokens += n as u64;
-            prev = end;
-            end = prev + self.timer.pass_ms(&shape);
-            passes += 1;
-        }
+        let (prev, end, passes) = chain_decode_passes(
+            &self.timer,
+            (n as u32, kv),
+            (start, end, horizon),
+            plain,
+            records,
+        );
         if passes > 0 {
             for &id in &self.in_pass {
                 let seq = &mut self.seqs[id as usize];

@@ -129,9 +129,14 @@ def test_grid_points_are_aic_queries_by_operator_group(qwen_table, aic_engine):
     h, non_attention = aic_engine
     t = qwen_table
     i = t.tokens.index(1024)
-    assert t.non_attention_ms[i] == sum(
-        op[1] for op in h.evaluate_context_ops(non_attention, batch_size=1, s=1024)
-    )
+    ops = h.evaluate_context_ops(non_attention, batch_size=1, s=1024)
+    assert t.non_attention_ms[i] == pytest.approx(sum(op[1] for op in ops), rel=1e-12)
+    # Split by part (what Report.breakdown shows), summing to the whole.
+    parts = {name: values[i] for name, values in t.non_attention_parts.items()}
+    assert set(parts) == {"gemm", "communication", "elementwise"}
+    gemms = sum(op[1] for op in ops if op[0].endswith("_gemm"))
+    assert parts["gemm"] == pytest.approx(gemms, rel=1e-12)
+    assert sum(parts.values()) == pytest.approx(t.non_attention_ms[i], rel=1e-12)
     # A whole prefill is its non-attention operators plus its attention, exactly.
     b, n = t.chunk_batch.index(1), t.chunk_tokens.index(1024)
     assert t.non_attention_ms[i] + t.context_attention_ms[b][n][0] == pytest.approx(

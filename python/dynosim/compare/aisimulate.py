@@ -34,6 +34,7 @@ from dynosim.compare.aisimulate_build import aisimulate_binary, run_program
 from dynosim.compare.peer import (
     PeerRun,
     line_rate_transfer,
+    mocker_scheduling,
     mooncake_trace,
     polynomial_timing,
     round_robin,
@@ -83,6 +84,7 @@ def _text(value: Any) -> str:
 def _engine_flags(role: RoleView, prefix: str) -> list[str]:
     """One role's engine and timing as the binary's flags, each as ``--{prefix}flag``."""
     timing = polynomial_timing(role, PEER)
+    mocker_scheduling(role, PEER)
     e = role.engine
     if e.data_parallel_size != 1:
         raise ConfigError(

@@ -14,6 +14,7 @@ from dynosim.config.models import (
     FixedTiming,
     KvShape,
     KvTransferConfig,
+    MixedDecodeAttention,
     OffloadConfig,
     OpTables,
     PolynomialTiming,
@@ -25,7 +26,11 @@ from dynosim.config.models import (
     TimingConfig,
 )
 from dynosim.config.resolved import Resolved, RoleView, TransferView, resolve
-from dynosim.config.timing_table import load_timing_table, save_timing_table
+from dynosim.config.timing_table import (
+    load_mixed_decode_profile,
+    load_timing_table,
+    save_timing_table,
+)
 
 __all__ = [
     "ENGINE_DEFAULTS",
@@ -39,6 +44,7 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "MixedDecodeAttention",
     "OffloadConfig",
     "OpTables",
     "PolynomialTiming",
@@ -53,6 +59,7 @@ __all__ = [
     "TransferView",
     "config_json_schema",
     "load_config",
+    "load_mixed_decode_profile",
     "load_settings_file",
     "load_timing_table",
     "resolve",

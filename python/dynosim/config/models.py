@@ -124,6 +124,20 @@ class EngineConfig(_Settings):
         "vLLM: which running request a KV shortage preempts, among those "
         "admitted after the one needing the block: the newest (lifo) or the oldest (fifo).",
     )
+    async_scheduling: bool | None = _flavour(
+        "async_scheduling",
+        "vLLM: form each pass while the one before runs (vLLM's default): a request reaching "
+        "a busy rank waits for the pass already formed.",
+    )
+    scheduler_reserve_full_isl: bool | None = _flavour(
+        "scheduler_reserve_full_isl",
+        "vLLM 0.19: admit a waiting request only if blocks for its whole prompt are free.",
+    )
+    enforce_eager: bool | None = _flavour(
+        "enforce_eager",
+        "vLLM: no CUDA graphs; with them (the default) an operator-table price pads a pass "
+        "to its captured size.",
+    )
     max_num_tokens: int | None = _flavour(
         "max_num_tokens",
         "TensorRT-LLM: token budget of one pass, generation tokens counted first.",
@@ -253,6 +267,23 @@ OP_TABLE_ARRAYS = (
 )
 
 
+class MixedDecodeAttention(_Settings):
+    """The attention of the decode rows of a pass that also prefills (ms), over the decode
+    rows, their mean context and the pass's prefill tokens; numpy arrays are accepted."""
+
+    batch: list[float] = Field(description="Axis: decode rows in the pass.")
+    context: list[float] = Field(description="Axis: their mean context (this token included).")
+    prefill_tokens: list[float] = Field(description="Axis: prefill tokens in the pass.")
+    ms: list[list[list[float]]] = Field(
+        description="Their attention (ms), [batch][context][prefill_tokens]."
+    )
+
+    @field_validator("batch", "context", "prefill_tokens", "ms", mode="before")
+    @classmethod
+    def _arrays_to_lists(cls, value: Any) -> Any:
+        return _as_lists(value)
+
+
 class OpTables(_Settings):
     """Step times assembled from operator groups, as AIConfigurator prices a pass that mixes
     prefill chunks and decodes (what an ``aic`` section becomes): every operator but attention
@@ -266,6 +297,12 @@ class OpTables(_Settings):
     )
     non_attention_ms: list[float] = Field(
         description="Every operator but attention over that many tokens (ms)."
+    )
+    non_attention_parts: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="non_attention_ms split by family of operations (gemm, moe, "
+        "communication, elementwise), each over the tokens axis (ms), summing to it: what "
+        "Report.breakdown shows; empty: one non_attention part.",
     )
     chunk_batch: list[float] = Field(description="Axis: prefill chunks in the pass.")
     chunk_tokens: list[float] = Field(description="Axis: mean new tokens per chunk.")
@@ -282,11 +319,27 @@ class OpTables(_Settings):
     decode_attention_ms: list[list[float]] = Field(
         description="Decode attention (ms), [batch][context]."
     )
+    mixed_decode_factor: float = Field(
+        1.0,
+        description="Decode rows in a pass that also prefills cost this many times their "
+        "attention in a pass of decodes only (1: priced as decodes).",
+    )
+    mixed_decode_attention: MixedDecodeAttention | None = Field(
+        None,
+        description="Measured instead of the factor: the decode rows' attention in a mixed pass.",
+    )
 
     @field_validator(*OP_TABLE_ARRAYS, mode="before")
     @classmethod
     def _arrays_to_lists(cls, value: Any) -> Any:
         return _as_lists(value)
+
+    @field_validator("non_attention_parts", mode="before")
+    @classmethod
+    def _part_arrays_to_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _as_lists(v) for k, v in value.items()}
+        return value
 
 
 class AicTiming(_Settings):
@@ -321,6 +374,12 @@ class AicTiming(_Settings):
         _AIC_DEFAULTS["ep"],
         description="Expert-parallel GPUs (mixture-of-experts models only): the tp x dp GPUs "
         "of a worker split the experts ep ways.",
+    )
+    mixed_decode_profile: str | None = Field(
+        _AIC_DEFAULTS["mixed_decode_profile"],
+        description="An .npz profile of the attention of decode rows in passes that also "
+        "prefill, measured on the system's GPU (batch x context x prefill tokens x heads, one "
+        "layer, ms): prices them instead of the backend's rule.",
     )
 
 
@@ -414,6 +473,13 @@ class ReportConfig(_Settings):
 
     sample_interval_ms: float = _default(
         "report", "sample_interval_ms", "Time-series interval (ms)."
+    )
+    explain: bool = _default(
+        "report",
+        "explain",
+        "Keep where the time went (Report.breakdown): each rank's passes by kind with the "
+        "parts of their priced time, each request's time to first token by stage; about 4 "
+        "bytes per pass.",
     )
 
 
@@ -512,6 +578,7 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "MixedDecodeAttention",
     "OffloadConfig",
     "OpTables",
     "PolynomialTiming",

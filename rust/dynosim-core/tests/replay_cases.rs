@@ -279,6 +279,61 @@ fn a_pass_that_preempts_admits_nothing() {
 }
 
 #[test]
+fn async_scheduling_forms_a_pass_while_the_one_before_runs() {
+    // Prefill 10 ms, decode 1 ms. A (8-token prompt, 3 tokens) arrives at 0, B (4-token
+    // prompt, 2 tokens) at 5, while A's prefill runs (0-10).
+    let rows = Rows::new(4, &[(0.0, 8, 3, &[1, 2]), (5.0, 4, 2, &[3])]);
+    let mut c = small(100, 64);
+    // vLLM forms the pass after A's prefill when that prefill starts, at 0, before B arrives:
+    // 10-11 decodes A alone (its second token at 11). B joins the pass formed at 10: 11-22,
+    // mixed (A's last token, B's first: TTFT 22 - 5 = 17); B's last token 22-23.
+    let r = rows.replay(&c);
+    assert_eq!(r.records.first_admit_ms, [0.0, 11.0]);
+    assert_eq!(r.derived.ttft_ms[..], [10.0, 17.0]);
+    assert_eq!(r.records.last_token_ms, [22.0, 23.0]);
+    // Formed when the pass before ends, B prefills beside A's second token, 10-21.
+    c.engine.async_scheduling = Some(false);
+    let r = rows.replay(&c);
+    assert_eq!(r.derived.ttft_ms[..], [10.0, 16.0]);
+    assert_eq!(r.records.last_token_ms, [22.0, 22.0]);
+}
+
+#[test]
+fn async_scheduling_forms_again_a_pass_formed_empty() {
+    // A (one token) finishes with its prefill, 0-10: the pass formed at 0 after it has nothing
+    // (vLLM knows A is done), so it is never launched and the engine forms one at 10 with B,
+    // who arrived at 5: B prefills 10-20, as without async scheduling. A request reaching an
+    // idle rank starts at once: C at 100 has its first token at 110.
+    let rows = Rows::new(
+        4,
+        &[(0.0, 8, 1, &[1, 2]), (5.0, 4, 1, &[3]), (100.0, 4, 1, &[4])],
+    );
+    let r = rows.replay(&small(100, 64));
+    assert_eq!(r.records.first_token_ms, [10.0, 20.0, 110.0]);
+}
+
+#[test]
+fn a_request_is_admitted_once_its_whole_prompt_fits() {
+    // 10 blocks of 4 tokens, budget 8. A (24-token prompt, 2 tokens) and B (20-token prompt)
+    // arrive at 0; A's prompt takes the whole budget of passes 0-10, 10-20 and 20-30 (its first
+    // token at 30, 6 blocks held). At 30 A decodes (a 7th block) and 7 budget tokens are left:
+    // B's first chunk would need 2 of the 3 free blocks, but its whole prompt needs 5, so vLLM
+    // 0.19 admits it only after A ends (30-31): at 31. Gating on the chunk alone admits it at
+    // 30.
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 24, 2, &[1, 2, 3, 4, 5, 6]),
+            (0.0, 20, 2, &[7, 8, 9, 10, 11]),
+        ],
+    );
+    let mut c = small(10, 8);
+    assert_eq!(rows.replay(&c).records.first_admit_ms, [0.0, 31.0]);
+    c.engine.scheduler_reserve_full_isl = Some(false);
+    assert_eq!(rows.replay(&c).records.first_admit_ms, [0.0, 30.0]);
+}
+
+#[test]
 fn data_parallel_ranks_keep_their_own_caches() {
     // The same prompt twice, the second sent at 11 ms while the first still decodes (prefill
     // 10 ms, then 1 ms decodes to its 50th token). With one rank the second reuses the cached

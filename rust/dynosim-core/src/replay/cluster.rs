@@ -1,17 +1,19 @@
 //! The cluster under replay: its workers and their ranks, the routers, the KV transfers
 //! between prefill and decode ranks, and the offload tiers; what each event does to them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
+use crate::explain::{PartNames, RankBreakdown};
 use crate::offload::{Onboard, Tiers};
 use crate::prepared::PreparedWorkload;
 use crate::report::Records;
 use crate::router::Router;
 use crate::scheduler::Scheduler;
-use crate::timing::StepTimer;
+use crate::timing::{PassShape, StepTimer};
 use crate::transfer::Transport;
 use crate::workload::Workload;
 
@@ -106,6 +108,9 @@ pub(super) struct Cluster {
     ends_send: bool,
     /// Arrivals, pass ends and transfer ends processed.
     pub(super) events: u64,
+    /// Scratch: the shapes of the passes a grouped pass's ranks start, and each rank's tokens.
+    shapes: Vec<(usize, PassShape)>,
+    lockstep_tokens: Vec<u64>,
 }
 
 impl Cluster {
@@ -165,7 +170,8 @@ impl Cluster {
                     pass_end_ms: f64::NAN,
                 });
                 for _ in 0..dp {
-                    let timer = StepTimer::new(timing.clone(), kv_tokens);
+                    let timer = StepTimer::new(timing.clone(), kv_tokens)
+                        .with_graph_sizes(engine.cuda_graph_sizes());
                     ranks.push(Scheduler::new(
                         role,
                         engine,
@@ -197,6 +203,11 @@ impl Cluster {
                 rank.record_evictions();
             }
         }
+        if config.report.explain {
+            for rank in &mut ranks {
+                rank.explain();
+            }
+        }
         Ok(Cluster {
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
@@ -215,6 +226,8 @@ impl Cluster {
             heads: Vec::new(),
             ends_send,
             events: 0,
+            shapes: Vec::new(),
+            lockstep_tokens: Vec::new(),
             ranks,
             workers,
             num_prefill,
@@ -274,7 +287,7 @@ impl Cluster {
     pub(super) fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
         self.events += 1;
         records.arrival_ms[i] = now;
-        self.arrive(workload, i, records);
+        self.arrive(workload, i, now, records);
     }
 
     /// Offload tiers: copy what rank `r`'s G1 evicted since the last call down to its G2 at
@@ -352,8 +365,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Route arriving request `i`: reject it if it can never be served, else queue it.
-    fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
+    /// Route request `i`, arriving at `now`: reject it if it can never be served, else queue
+    /// it.
+    fn arrive(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
         let front = if self.disaggregated() {
             self.num_prefill
         } else {
@@ -381,22 +395,25 @@ impl Cluster {
         match verdict {
             Some(reason) => records.reject(i, reason),
             None => {
-                self.ranks[rank].enqueue(workload, i);
+                self.ranks[rank].enqueue(workload, i, now);
                 self.touch(w);
             }
         }
     }
 
     /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
-    /// group ends when the slowest rank ends. Returns the group's duration (ms), if any rank
-    /// scheduled anything.
+    /// group ends when the slowest rank ends. A worker of several data-parallel ranks passes
+    /// in lockstep: each rank's price counts what the group makes it compute (a rank without
+    /// work runs a dummy pass). Returns the group's duration (ms), if any rank scheduled
+    /// anything.
     pub(super) fn start_pass(
         &mut self,
         w: usize,
         now: f64,
         records: &mut Records,
     ) -> Result<Option<f64>> {
-        let mut longest: Option<f64> = None;
+        let mut shapes = std::mem::take(&mut self.shapes);
+        shapes.clear();
         for r in self.workers[w].ranks() {
             self.onboard_heads(r, now, records)?;
             let rank = &mut self.ranks[r];
@@ -407,7 +424,7 @@ impl Cluster {
             self.offload_evicted(r, now)?;
             let rank = &self.ranks[r];
             match planned {
-                Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
+                Some(shape) => shapes.push((r, shape)),
                 // The queue head waits for blocks tied to KV transfers or onboarding; their end
                 // touches us.
                 None if rank.awaits_transfers() => {}
@@ -423,6 +440,23 @@ impl Cluster {
                 }
             }
         }
+        let worker = &self.workers[w];
+        let lockstep = (worker.ranks > 1 && !shapes.is_empty()).then(|| {
+            let tokens = &mut self.lockstep_tokens;
+            tokens.clear();
+            tokens.resize(worker.ranks, 0);
+            for (r, shape) in &shapes {
+                tokens[r - worker.first_rank] =
+                    shape.prefill_tokens + u64::from(shape.decode_requests);
+            }
+            self.ranks[worker.first_rank].timer().lockstep(tokens)
+        });
+        let mut longest: Option<f64> = None;
+        for (r, shape) in &shapes {
+            let ms = self.ranks[*r].price_pass(shape, lockstep.as_ref(), now);
+            longest = Some(longest.map_or(ms, |l: f64| l.max(ms)));
+        }
+        self.shapes = shapes;
         self.workers[w].busy = longest.is_some();
         Ok(longest)
     }
@@ -584,6 +618,32 @@ impl Cluster {
             }
         }
         Ok(horizon)
+    }
+
+    /// An explained replay: each rank's passes, and the parts each role's prices split into.
+    pub(super) fn explained(&self) -> Option<(Vec<RankBreakdown>, PartNames)> {
+        let mut parts = BTreeMap::new();
+        let mut ranks = Vec::with_capacity(self.ranks.len());
+        for (w, worker) in self.workers.iter().enumerate() {
+            let (role, index) = match (self.disaggregated(), w < self.num_prefill) {
+                (false, _) => (Role::Aggregated, w),
+                (true, true) => (Role::Prefill, w),
+                (true, false) => (Role::Decode, w - self.num_prefill),
+            };
+            for r in worker.ranks() {
+                let rank = &self.ranks[r];
+                parts
+                    .entry(role.name())
+                    .or_insert_with(|| rank.timer().part_names());
+                ranks.push(RankBreakdown {
+                    role: role.name(),
+                    worker: index as u32,
+                    dp_rank: (r - worker.first_rank) as u32,
+                    passes: rank.explained()?,
+                });
+            }
+        }
+        Some((ranks, parts))
     }
 
     /// The worker owning rank `r`.

@@ -6,14 +6,16 @@ pub mod sglang;
 mod trtllm;
 pub mod vllm;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, EngineConfig, Role};
 use crate::error::{Result, SimError};
+use crate::explain::{KindSummary, RankLog};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::{PassShape, StepTimer};
+use crate::timing::{Lockstep, PassShape, StepTimer};
 use crate::workload::Workload;
 
 pub use sglang::SglangScheduler;
@@ -24,10 +26,13 @@ pub use vllm::VllmScheduler;
 pub trait Engine {
     /// Why a request of `prompt` and `output` tokens can never be served by this rank, if so.
     fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason>;
-    /// Queue request `i` (it has passed `never_fits`).
-    fn enqueue(&mut self, workload: &Workload, i: usize);
-    /// Plan the next pass at `now`; its duration (ms), or `None` when nothing could run.
-    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64>;
+    /// Queue request `i` at `now` (it has passed `never_fits`).
+    fn enqueue(&mut self, workload: &Workload, i: usize, now: f64);
+    /// Plan the next pass at `now` and start it: its shape, or `None` when nothing could run.
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape>;
+    /// The duration (ms) of the pass `start_pass` started at `now` with `shape`, its worker's
+    /// data-parallel ranks passing in `lockstep` (`None`: a worker of one rank).
+    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64;
     /// End the pass at `now`: emit tokens, finish requests, free their memory.
     fn finish_pass(&mut self, now: f64, records: &mut Records);
     /// Chain plain decode passes without the event loop (see the vLLM flavour); returns the end
@@ -96,34 +101,65 @@ pub trait Engine {
     fn running_len(&self) -> usize;
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
+
+    /// The step-time model pricing this rank's passes.
+    fn timer(&self) -> &StepTimer;
+    /// Explained replays: this rank's log of passes (`None` unless [`Engine::explain`]).
+    fn log(&self) -> Option<&RankLog>;
+    fn log_mut(&mut self) -> &mut Option<Box<RankLog>>;
+
+    /// Keep a log of this rank's passes (an explained replay).
+    fn explain(&mut self) {
+        let log = RankLog::new(self.timer());
+        *self.log_mut() = Some(Box::new(log));
+    }
+
+    /// An explained replay: this rank's passes by kind.
+    fn explained(&self) -> Option<BTreeMap<&'static str, KindSummary>> {
+        self.log().map(|log| log.summarise(self.timer()))
+    }
 }
 
-/// Run up to `plain` decode passes of `requests` decoding requests over `kv` KV tokens, after
-/// the pass that started at `start` and ends at `end`, each ending before `horizon` (ms): every
-/// pass end emits a token per request (its gap recorded) and the next pass attends over one
-/// more token each. Returns the start and end of the pass left in flight and the passes ended.
+/// Run up to `plain` decode passes after the pass of decodes `shape` that started at `start`
+/// and ends at `end`, each ending before `horizon` (ms): every pass end emits a token per
+/// request (its gap recorded) and the next pass attends over one more token each. Returns the
+/// start and end of the pass left in flight and the passes ended.
 pub(super) fn chain_decode_passes(
     timer: &StepTimer,
-    (requests, kv): (u32, u64),
+    mut log: Option<&mut RankLog>,
+    mut shape: PassShape,
     (start, end, horizon): (f64, f64, f64),
     plain: u32,
     records: &mut Records,
 ) -> (f64, f64, u32) {
-    let mut shape = PassShape {
-        decode_requests: requests,
-        decode_kv_tokens: kv,
-        ..PassShape::default()
-    };
+    let requests = shape.decode_requests;
     let (mut prev, mut end) = (start, end);
     let mut passes = 0u32;
     while passes < plain && end < horizon {
         records.itl.push_n(end - prev, u64::from(requests));
         shape.decode_kv_tokens += u64::from(requests);
+        shape.decode_max_context += 1;
         prev = end;
-        end = prev + timer.pass_ms(&shape);
+        end = prev + priced(timer, log.as_deref_mut(), &shape, None, prev);
         passes += 1;
     }
     (prev, end, passes)
+}
+
+/// The price (ms) `timer` gives a pass of `shape` starting at `now` (its data-parallel group
+/// in `lockstep`), kept in `log` when the replay is explained.
+pub(super) fn priced(
+    timer: &StepTimer,
+    log: Option<&mut RankLog>,
+    shape: &PassShape,
+    lockstep: Option<&Lockstep>,
+    now: f64,
+) -> f64 {
+    let ms = timer.pass_ms_in(shape, lockstep);
+    if let Some(log) = log {
+        log.pass(timer, shape, lockstep, now, ms);
+    }
+    ms
 }
 
 /// One rank's engine in the flavour its configuration names.

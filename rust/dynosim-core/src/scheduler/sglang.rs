@@ -37,13 +37,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, Engine};
+use super::{chain_decode_passes, priced, Engine};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
+use crate::explain::RankLog;
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::{PassShape, StepTimer};
+use crate::timing::{Lockstep, PassShape, StepTimer};
 use crate::workload::Workload;
 
 /// Free tokens per running request that a retraction restores (SGLang's
@@ -74,7 +75,6 @@ struct Seq {
     pass_tokens: u32,
     prefilling: bool,
     in_pass: bool,
-    admitted_once: bool,
     finished: bool,
     /// Offload tiers: looked up in G2/G3 (once per request).
     tier_checked: bool,
@@ -130,6 +130,8 @@ pub struct SglangScheduler {
     busy: bool,
     passes: u64,
     retractions: u64,
+    /// An explained replay's log of this rank's passes.
+    log: Option<Box<RankLog>>,
 }
 
 impl SglangScheduler {
@@ -176,6 +178,7 @@ impl SglangScheduler {
             busy: false,
             passes: 0,
             retractions: 0,
+            log: None,
         }
     }
 
@@ -283,7 +286,6 @@ impl SglangScheduler {
             pass_tokens: 0,
             prefilling: true,
             in_pass: false,
-            admitted_once: false,
             finished: false,
             tier_checked: false,
             last_token_ms: f64::NAN,
@@ -446,12 +448,7 @@ impl SglangScheduler {
             seq.node = node;
             seq.cached = cached;
             seq.computed = cached;
-            if !seq.admitted_once {
-                seq.admitted_once = true;
-                let r = seq.request as usize;
-                records.first_admit_ms[r] = now;
-                records.reused_tokens[r] = cached;
-            }
+            records.admit(seq.request as usize, now, cached);
             batch.push((id, chunk));
             if self.chunked == Some(id)
                 || room(self) - offset <= 0.0
@@ -569,6 +566,14 @@ impl SglangScheduler {
         }
     }
 
+    /// The shape of the pass planned in `in_pass`.
+    fn pass_shape(&self) -> PassShape {
+        PassShape::of(self.in_pass.iter().map(|&id| {
+            let seq = &self.seqs[id as usize];
+            (seq.prefilling, seq.pass_tokens, seq.computed)
+        }))
+    }
+
     /// The limits a pass must keep, checked after each one in debug builds: memory, running
     /// slots, and the token accounting (requests' private tokens add up, locks match).
     #[cfg(debug_assertions)]
@@ -609,12 +614,12 @@ impl Engine for SglangScheduler {
         }
     }
 
-    fn enqueue(&mut self, workload: &Workload, i: usize) {
+    fn enqueue(&mut self, workload: &Workload, i: usize, _now: f64) {
         let id = self.new_seq(workload, i);
         self.push_waiting(id, false);
     }
 
-    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         let formed = self.prefill_batch(now, records)
             || self.decode_batch(records)
@@ -623,25 +628,30 @@ impl Engine for SglangScheduler {
         if !formed {
             return None;
         }
-        let shape = PassShape::of(self.in_pass.iter().map(|&id| {
-            let seq = &self.seqs[id as usize];
-            (seq.prefilling, seq.pass_tokens, seq.computed)
-        }));
         self.busy = true;
         self.passes += 1;
         #[cfg(debug_assertions)]
         self.check_invariants();
-        Some(self.timer.pass_ms(&shape))
+        Some(self.pass_shape())
+    }
+
+    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64 {
+        priced(&self.timer, self.log.as_deref_mut(), shape, lockstep, now)
     }
 
     fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
         let in_pass = std::mem::take(&mut self.in_pass);
         let mut any_left = false;
+        let pass_start = self.log.as_ref().map(|log| log.pass_start_ms);
         for &id in &in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
-            if seq.computed != seq.target() {
+            let prompt_done = seq.computed == seq.target();
+            if let (Some(start), true) = (pass_start, seq.prefilling) {
+                records.prefill_pass(seq.request as usize, start, now, prompt_done);
+            }
+            if !prompt_done {
                 // A chunk of a longer prompt: cache it so others can share it meanwhile.
                 self.cache_prompt(id);
                 continue;
@@ -715,7 +725,6 @@ impl Engine for SglangScheduler {
         }
         let page = self.settings.page_size;
         let mut plain = u32::MAX;
-        let mut kv = 0u64;
         for &id in &self.in_pass {
             let seq = &self.seqs[id as usize];
             if seq.prefilling
@@ -726,7 +735,6 @@ impl Engine for SglangScheduler {
                 return (end, 0);
             }
             plain = plain.min(seq.output - seq.generated - 1);
-            kv += u64::from(seq.computed);
         }
         // Tokens the next `k` steps take from free memory, without eviction, and without
         // changing the blocks in use the time series read (the loop does not see these passes).
@@ -749,9 +757,11 @@ impl Engine for SglangScheduler {
                 plain /= 2;
             }
         }
+        let shape = self.pass_shape();
         let (prev, end, passes) = chain_decode_passes(
             &self.timer,
-            (n as u32, kv),
+            self.log.as_deref_mut(),
+            shape,
             (start, end, horizon),
             plain,
             records,
@@ -970,6 +980,18 @@ impl Engine for SglangScheduler {
         self.passes
     }
 
+    fn timer(&self) -> &StepTimer {
+        &self.timer
+    }
+
+    fn log(&self) -> Option<&RankLog> {
+        self.log.as_deref()
+    }
+
+    fn log_mut(&mut self) -> &mut Option<Box<RankLog>> {
+        &mut self.log
+    }
+
     fn preemptions(&self) -> u64 {
         self.retractions
     }
@@ -978,6 +1000,12 @@ impl Engine for SglangScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Start the next pass at `now` and price it (a rank alone): its duration (ms).
+    fn step(e: &mut SglangScheduler, now: f64, r: &mut Records) -> Option<f64> {
+        let shape = e.start_pass(now, r)?;
+        Some(e.price_pass(&shape, None, now))
+    }
     use crate::config::{Backend, FixedTiming, TimingConfig};
     use crate::workload::tests::columns as workload;
 
@@ -1060,19 +1088,19 @@ mod tests {
         let w = rig.workload();
         let mut r = rig.records();
         let mut e = rig.engine(config(1000));
-        e.enqueue(&w, 0);
-        assert_eq!(e.start_pass(0.0, &mut r), Some(10.0)); // A's prompt
+        e.enqueue(&w, 0, 0.0);
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(10.0)); // A's prompt
         e.finish_pass(10.0, &mut r);
-        assert_eq!(e.start_pass(10.0, &mut r), Some(1.0)); // A decodes
+        assert_eq!(step(&mut e, 10.0, &mut r), Some(1.0)); // A decodes
         e.finish_pass(11.0, &mut r);
         // B arrives: its prefill runs alone (10 ms, not 10 + 1): A gets no step.
-        e.enqueue(&w, 1);
-        assert_eq!(e.start_pass(11.0, &mut r), Some(10.0));
+        e.enqueue(&w, 1, 0.0);
+        assert_eq!(step(&mut e, 11.0, &mut r), Some(10.0));
         assert_eq!(in_pass(&e), [1]);
         e.finish_pass(21.0, &mut r);
         assert_eq!((r.first_token_ms[1], e.seqs[0].generated), (21.0, 2));
         // Then both decode: A's third token comes 11 ms after its second.
-        assert_eq!(e.start_pass(21.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 21.0, &mut r), Some(1.0));
         assert_eq!(in_pass(&e), [0, 1]);
         e.finish_pass(22.0, &mut r);
         assert_eq!(r.itl.count(), 3); // A: 10 -> 11 -> 22 ms; B: 21 -> 22 ms (done)
@@ -1090,13 +1118,13 @@ mod tests {
             max_prefill_tokens: Some(16),
             ..config(10_000)
         });
-        e.enqueue(&w, 0);
-        e.start_pass(0.0, &mut r);
+        e.enqueue(&w, 0, 0.0);
+        step(&mut e, 0.0, &mut r);
         e.finish_pass(10.0, &mut r); // request 0 ends (one output token); its prompt stays
         for i in 1..rows.len() {
-            e.enqueue(&w, i);
+            e.enqueue(&w, i, 0.0);
         }
-        e.start_pass(10.0, &mut r);
+        step(&mut e, 10.0, &mut r);
         in_pass(&e)
     }
 
@@ -1141,11 +1169,11 @@ mod tests {
             let w = rig.workload();
             let mut r = rig.records();
             let mut e = rig.engine(config(100));
-            e.enqueue(&w, 0);
-            e.start_pass(0.0, &mut r);
+            e.enqueue(&w, 0, 0.0);
+            step(&mut e, 0.0, &mut r);
             e.finish_pass(10.0, &mut r);
-            e.enqueue(&w, 1);
-            e.start_pass(10.0, &mut r);
+            e.enqueue(&w, 1, 0.0);
+            step(&mut e, 10.0, &mut r);
             in_pass(&e) == [1]
         };
         assert!(!admitted(35)); // 20 + 35 = 55 is not below 55: A decodes instead
@@ -1197,7 +1225,7 @@ mod tests {
             running(&mut e, &w, i, generated, i == 1);
         }
         assert_eq!((e.free(), e.tree.protected()), (2, 60));
-        assert_eq!(e.start_pass(0.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(1.0));
         // B and D emitted fewest (40); B's prompt is longer, so B goes: 2 + 39 = 41 free is
         // below 20 x 3 remaining, so B's prompt, evictable now, is evicted at once (101 free).
         assert_eq!(waiting_rows(&e), [1]);
@@ -1218,7 +1246,7 @@ mod tests {
         for (i, generated) in [(0, 50), (1, 40), (2, 45)] {
             running(&mut e, &w, i, generated, i == 1);
         }
-        assert_eq!(e.start_pass(0.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(1.0));
         assert_eq!(waiting_rows(&e), [1]);
         assert_eq!((e.tree.peek(1, 99), e.tree.evictable()), (60, 60));
         // (50 + 45 + 20 x 2) / (100 + 50) = 0.9.
@@ -1228,7 +1256,7 @@ mod tests {
         // reserved for A and C = 51.3 are there: A and C decode.
         e.finish_pass(1.0, &mut r);
         assert_eq!(e.tree.peek(1, 99), 60);
-        assert_eq!(e.start_pass(1.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 1.0, &mut r), Some(1.0));
         assert_eq!(in_pass(&e), [0, 2]);
     }
 
@@ -1242,10 +1270,10 @@ mod tests {
             new_token_ratio_decay_steps: Some(4),
             ..config(100)
         });
-        e.enqueue(&w, 0);
+        e.enqueue(&w, 0, 0.0);
         let mut ratios = vec![];
         let mut now = 0.0;
-        while let Some(ms) = e.start_pass(now, &mut r) {
+        while let Some(ms) = step(&mut e, now, &mut r) {
             now += ms;
             e.finish_pass(now, &mut r);
             ratios.push((e.new_token_ratio() * 1e4).round() / 1e4);

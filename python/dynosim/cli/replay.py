@@ -19,6 +19,7 @@ from dynosim.cli.common import (
 )
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
+from dynosim.compare.measured import compare_measured
 from dynosim.config import SimConfig, load_config, load_timing_table
 from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
@@ -306,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))
     if real:
-        console.print(measured.render_comparison(report.compare_measured(real[0])))
+        console.print(measured.render_comparison(compare_measured(report, real[0])))
     if args.json == "-":
         sys.stdout.write(report.to_json() + "\n")
     elif json_file is not None:

@@ -116,7 +116,8 @@ class PlanResult:
 
     ``ranked``: each layout's fewest-GPU row meeting the SLA, fewest GPUs first (ties: the
     larger SLA margin). ``pick``: the first of them (None when no layout meets the SLA);
-    ``candidate`` and ``config`` its deployment and the configuration replayed. ``pareto``:
+    ``candidate`` and ``config`` its deployment and the configuration replayed, with the
+    sizes it was replayed with (:mod:`dynosim.sizing`). ``pareto``:
     the front of tokens/s/GPU against tokens/s/user over every replay within the GPU limit
     meeting the SLA. ``replays``: every replay run (probes beyond the limit included, marked
     by ``within_max_gpus``); ``grid_size``: the points within the limit over all layouts, what

@@ -102,6 +102,11 @@ def test_a_role_with_its_own_engine_gets_its_derived_blocks(tmp_path):
     assert (capacity["engine"]["tp"], capacity["decode.engine"]["tp"]) == (1, 2)
     assert shared["num_gpu_blocks"] == capacity["engine"]["num_gpu_blocks"]
     assert own["num_gpu_blocks"] == capacity["decode.engine"]["num_gpu_blocks"]
+    # --gpu-memory-utilization is every engine's, a role's own included.
+    shared_share = cli_report(
+        tmp_path, *SMALL, *AIC_FLAGS, *flags, "--gpu-memory-utilization", "0.7"
+    )["provenance"]["kv_capacity"]
+    assert {c["memory_fraction"] for c in shared_share.values()} == {0.7}
     # Each engine's own memory share sizes it.
     tight = {
         "cluster": {"mode": "disaggregated"},

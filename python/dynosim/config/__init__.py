@@ -3,6 +3,7 @@ view of them the replay reads."""
 
 from dynosim.config.loading import config_json_schema, load_config, load_settings_file
 from dynosim.config.models import (
+    DEFAULT_NUM_GPU_BLOCKS,
     ENGINE_DEFAULTS,
     LIMITS,
     OP_TABLE_ARRAYS,
@@ -33,6 +34,7 @@ from dynosim.config.timing_table import (
 )
 
 __all__ = [
+    "DEFAULT_NUM_GPU_BLOCKS",
     "ENGINE_DEFAULTS",
     "LIMITS",
     "OP_TABLE_ARRAYS",

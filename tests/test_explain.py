@@ -105,7 +105,9 @@ def test_breakdown_names_the_aic_family_and_version_of_each_part(tmp_path, monke
     report = dynosim.replay(dynosim.SyntheticWorkload(isl=300, osl=20, count=20, rate=5.0), config)
     parts = report.breakdown()["parts"]["aggregated"]
     # On this system AIC holds vLLM 0.19.0's all-reduce data, and 0.24.0's for the rest.
-    assert parts["communication"] == {"family": "comm", "version": "0.19.0"}
+    assert parts["all_reduce"] == {"family": "comm", "version": "0.19.0"}
+    # All-reduces of 8 MiB and more go to NCCL, priced with the system's NCCL measurements.
+    assert parts["all_reduce_nccl"] == {"family": "nccl", "version": "2.29.2"}
     assert parts["gemm"] == {"family": "gemm", "version": "0.24.0"}
     assert parts["decode_attention"] == {"family": "attention", "version": "0.24.0"}
     assert parts["elementwise"] == {"family": None, "version": None}

@@ -243,6 +243,9 @@ def provenance(target: AicTarget, path: Path) -> dict[str, Any]:
     """What priced a timing section, for the report: model, system, engine and version, the
     layout, the version whose measurements price each family of operations, AIC's version,
     and the cached tables."""
+    # NCCL's measurements are versioned by NCCL's release, the system's.
+    nccl = system_spec(target.system).get("misc", {}).get("nccl_version")
+    versions = {**dict(target.pricing), "nccl": nccl}
     return {
         "model_name": target.model_name,
         "system": target.system,
@@ -251,7 +254,7 @@ def provenance(target: AicTarget, path: Path) -> dict[str, Any]:
         "layout": {"tp": target.tp, "dp": target.dp, "ep": target.ep},
         "priced_by": dict(target.pricing),
         "parts": {
-            part: {"family": family, "version": dict(target.pricing).get(family)}
+            part: {"family": family, "version": versions.get(family)}
             for part, family in PART_FAMILIES.items()
         },
         "aic_version": target.aic_version,

@@ -114,7 +114,7 @@ def mixed_decode_slice(arrays: dict[str, np.ndarray], heads: float) -> MixedDeco
         batch=arrays["batch"],
         context=arrays["context"],
         prefill_tokens=arrays["prefill_tokens"],
-        ms=np.maximum(table, 0.0),
+        ms=table,
     )
 
 

@@ -392,5 +392,6 @@ def test_link_use_over_time_adds_up_to_the_summarys():
         ("g2_g1_link_use", use["g2_to_g1"]),
         ("g3_link_use", use["g2_to_g3"]),
     ):
-        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-9)
+        # Sums of spans in two orders: equal up to their rounding.
+        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-8)
     assert use["g3_to_g2"] == use["g2_to_g3"]  # one half-duplex link carries both

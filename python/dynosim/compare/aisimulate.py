@@ -71,8 +71,17 @@ _FLAVOUR_FLAGS = {
     ),
 }
 #: Engine settings checked rather than passed: the flavour (passed as --backend), the
-#: data-parallel ranks, and TensorRT-LLM's capacity scheduler.
-_ENGINE_CHECKED = ("backend", "data_parallel_size", "capacity_scheduler")
+#: data-parallel ranks, TensorRT-LLM's capacity scheduler, vLLM's scheduling the peer does not
+#: model (``mocker_scheduling``), and CUDA graphs (they pad operator-table prices only; the
+#: comparison times passes with the polynomial model).
+_ENGINE_CHECKED = (
+    "backend",
+    "data_parallel_size",
+    "capacity_scheduler",
+    "async_scheduling",
+    "scheduler_reserve_full_isl",
+    "enforce_eager",
+)
 
 
 def _text(value: Any) -> str:

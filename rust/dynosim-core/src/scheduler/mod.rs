@@ -126,11 +126,28 @@ pub trait Engine {
 /// start and end of the pass left in flight and the passes ended.
 pub(super) fn chain_decode_passes(
     timer: &StepTimer,
-    mut log: Option<&mut RankLog>,
+    log: Option<&mut RankLog>,
+    shape: PassShape,
+    window: (f64, f64, f64),
+    plain: u32,
+    records: &mut Records,
+) -> (f64, f64, u32) {
+    // One loop, monomorphised with and without the log, so an unexplained replay pays nothing.
+    match log {
+        None => chain(shape, window, plain, records, |s, _| timer.pass_ms(s)),
+        Some(log) => chain(shape, window, plain, records, |s, now| {
+            priced(timer, Some(&mut *log), s, None, now)
+        }),
+    }
+}
+
+#[inline]
+fn chain(
     mut shape: PassShape,
     (start, end, horizon): (f64, f64, f64),
     plain: u32,
     records: &mut Records,
+    mut price: impl FnMut(&PassShape, f64) -> f64,
 ) -> (f64, f64, u32) {
     let requests = shape.decode_requests;
     let (mut prev, mut end) = (start, end);
@@ -140,7 +157,7 @@ pub(super) fn chain_decode_passes(
         shape.decode_kv_tokens += u64::from(requests);
         shape.decode_max_context += 1;
         prev = end;
-        end = prev + priced(timer, log.as_deref_mut(), &shape, None, prev);
+        end = prev + price(&shape, prev);
         passes += 1;
     }
     (prev, end, passes)
@@ -148,6 +165,7 @@ pub(super) fn chain_decode_passes(
 
 /// The price (ms) `timer` gives a pass of `shape` starting at `now` (its data-parallel group
 /// in `lockstep`), kept in `log` when the replay is explained.
+#[inline]
 pub(super) fn priced(
     timer: &StepTimer,
     log: Option<&mut RankLog>,

@@ -368,6 +368,7 @@ impl StepTimer {
     /// Duration of a pass (ms). Operator tables price it as one pass; the other models add a
     /// prefill cost if it prefills anything and a decode cost if it decodes anything. A pass
     /// that computes nothing costs 0.
+    #[inline]
     pub fn pass_ms(&self, shape: &PassShape) -> f64 {
         self.pass_ms_in(shape, None)
     }
@@ -375,6 +376,7 @@ impl StepTimer {
     /// [`StepTimer::pass_ms`] of one rank of a data-parallel group passing in `lockstep`
     /// (operator tables price the tokens the group makes it compute; the other models price
     /// the rank's own pass).
+    #[inline]
     pub fn pass_ms_in(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> f64 {
         if let Model::Ops(ops) = &self.model {
             return ops.pass_ms(shape, lockstep);
@@ -407,6 +409,7 @@ impl StepTimer {
         out[1] += decode;
     }
 
+    #[inline]
     fn prefill_and_decode_ms(&self, shape: &PassShape) -> (f64, f64) {
         let prefill = if shape.prefill_tokens > 0 {
             self.prefill_ms(shape)

@@ -416,3 +416,53 @@ fn a_decode_worker_receives_only_the_blocks_its_tiers_lack() {
         .unwrap();
     assert_eq!((d.g2_hit_blocks, d.onboarded_blocks), (0, 0));
 }
+
+#[test]
+fn a_radix_prefix_ending_inside_a_tier_block_is_not_counted_twice() {
+    // SGLang-like ranks (4-token blocks, 1-token pages): a prefill rank that never evicts and a
+    // decode rank of 24 tokens, 1 GB/s line-rate KV links and G1<->G2 links, 1e6 bytes per
+    // token (a token is 1 ms on a link), destination-missing sizing. Each request decodes one
+    // token (its first, when its KV lands).
+    // - A (6 tokens, trace blocks [1 2]) at 0 ms: the decode rank caches its 6 tokens.
+    // - C (8 tokens, [1 2]) at 100 ms: the decode rank adds tokens 6..8 under A's.
+    // - D (18 new tokens) at 200 ms: its reservation (18 of 16 free) evicts C's leaf, tokens
+    //   6..8, and with them block 1 (tokens 4..8) goes to G2 (landed at 214 ms).
+    // - B (8 tokens, [1 2]) at 300 ms: prefills 1 token (the rest is cached there) to 310 ms.
+    //   The decode rank holds tokens 0..6 in G1 (evicting D's leaf for B's last 2 tokens) and
+    //   block 1, tokens 4..8, in G2: together the whole prompt, so the transfer moves nothing
+    //   while G2 sends block 1 (4e6 bytes: 4 ms): B's first token at 314 ms. (Counted apart,
+    //   6 + 4 tokens held are 2 more than the prompt: a wrapped 2^32 - 2 tokens, 4.29e15 bytes.)
+    use dynosim_core::config::{Backend, EngineConfig, LinkModel, ServingMode, TransferSizing};
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 6, 1, &[1, 2]),
+            (100.0, 8, 1, &[1, 2]),
+            (200.0, 18, 1, &[10, 11, 12, 13, 14]),
+            (300.0, 8, 1, &[1, 2]),
+        ],
+    );
+    let mut c = config(1, Some(8), None, false);
+    c.cluster.mode = ServingMode::Disaggregated;
+    c.cluster.num_prefill_workers = 1;
+    c.cluster.num_decode_workers = 1;
+    c.engine.backend = Backend::Sglang;
+    c.engine.block_size = Some(4);
+    c.engine.num_gpu_blocks = 6;
+    c.prefill.engine = Some(EngineConfig {
+        num_gpu_blocks: 64,
+        ..c.engine.clone()
+    });
+    c.kv_transfer.bandwidth_gbps = Some(1.0);
+    c.kv_transfer.link_model = Some(LinkModel::LineRate);
+    c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.transfer_bytes, [6e6, 2e6, 18e6, 0.0]);
+    assert_eq!(r.derived.ttft_ms, [16.0, 12.0, 28.0, 14.0]);
+    let d = r.summary.offload.as_ref().unwrap().decode.clone().unwrap();
+    // Over the four reservations: G1 held block 0 for C and B; G2 held B's block 1.
+    assert_eq!(
+        (d.g1_hit_blocks, d.g2_hit_blocks, d.onboarded_g2_blocks),
+        (2, 1, 1)
+    );
+}

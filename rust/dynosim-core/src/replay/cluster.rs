@@ -510,10 +510,17 @@ impl Cluster {
                     }
                     _ => (0, 0, 0),
                 };
+                let prompt = workload.input_length[r];
                 let tokens = match self.sizing {
-                    TransferSizing::FullPrompt => workload.input_length[r],
+                    TransferSizing::FullPrompt => prompt,
                     TransferSizing::DestinationMissing => {
-                        workload.input_length[r] - cached - (k2 + k3) * bs
+                        // The decode rank holds the union of its G1 prefix and the tier blocks
+                        // after its last full G1 block: a radix cache's prefix can end inside
+                        // a block the tiers hold whole, so the two overlap. Both lie within
+                        // the prompt.
+                        let held = cached.max((g1 + k2 + k3) * bs);
+                        debug_assert!(held <= prompt, "{held} of {prompt} tokens held");
+                        prompt - held
                     }
                 };
                 let bytes = f64::from(tokens) * self.kv_bytes_per_token;

@@ -294,7 +294,8 @@ impl Cluster {
     /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
     /// blocks right after the G1 prefix hit are there, and that G1 can hold now, leave the queue
     /// while the blocks are onboarded (just before they would be admitted, so the blocks are
-    /// still there when they are).
+    /// still there when they are). One whose hit G1 cannot hold now is looked up again before
+    /// the next pass, as vLLM asks its connector again at every step a request waits.
     fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
         // Decode ranks take their prompts from KV transfers (and from their tiers at
         // reservation, `reserve`): a request preempted there recomputes from what G1 holds.
@@ -308,11 +309,14 @@ impl Cluster {
         self.ranks[rank].take_unchecked_heads(&mut heads);
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let i = sched.request_of(handle);
             let hit = sched.prefix_hit(i, ids);
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
+            // A request is looked up again only after G1 had no room for the hit it found:
+            // count it skipped once.
+            let again = records.g2_hit_blocks[i] + records.g3_hit_blocks[i] > 0;
             records.g1_hit_blocks[i] = hit.blocks;
             records.g2_hit_blocks[i] = k2;
             records.g3_hit_blocks[i] = k3;
@@ -320,11 +324,13 @@ impl Cluster {
                 continue;
             }
             if !sched.hold_for_onboard(handle, hit, k2 + k3) {
-                tiers.skip_onboard(rank);
+                if !again {
+                    tiers.skip_onboard(rank);
+                }
                 continue;
             }
             sched.unqueue(handle);
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
             let (g2, g3) = (&ids[g1..a], &ids[a..b]);
             tiers.start_onboard(now, rank, handle, i as u32, None, g2, g3)?;

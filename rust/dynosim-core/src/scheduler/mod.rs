@@ -60,12 +60,14 @@ pub trait Engine {
     fn record_evictions(&mut self);
     /// Offload tiers: move the identities evicted since the last call to the end of `out`.
     fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>);
-    /// Offload tiers: waiting requests the next pass could admit, never looked up in G2/G3.
+    /// Offload tiers: waiting requests the next pass could admit, not looked up in G2/G3 yet
+    /// (or whose hit found no room to be held); each is marked looked up.
     fn take_unchecked_heads(&mut self, out: &mut Vec<u32>);
     /// Offload tiers: take waiting request `handle` out of the queue to onboard its blocks.
     fn unqueue(&mut self, handle: u32);
     /// Offload tiers: hold room for `handle`'s G1 prefix `hit` and `blocks` onboarded blocks;
-    /// false, holding nothing, when there is no room now.
+    /// false, holding nothing, when there is no room now (the request stays waiting and is
+    /// among the unchecked heads again before a later pass).
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool;
     /// Offload tiers: the onboarded blocks of `handle` are in G1; queue it first.
     fn finish_onboard(&mut self, handle: u32);
@@ -74,11 +76,12 @@ pub trait Engine {
     fn request_of(&self, handle: u32) -> usize;
     /// The prompt block identities of every request at this rank's block size.
     fn block_ids(&self) -> &BlockIds;
-    /// The identities of the full prompt blocks of request `handle`.
-    fn prompt_ids(&self, handle: u32) -> &[BlockId];
-    /// The cached prefix, in full blocks, of workload row `request`'s prompt (whose blocks are
-    /// `ids`) in this rank's G1: a block cache looks the identities up, a radix cache the row's
-    /// tokens.
+    /// The identities of the full prompt blocks of waiting request `handle` that a pass may
+    /// take from a cache (G1 or the offload tiers) instead of computing them (`reusable_ids`).
+    fn reusable_ids(&self, handle: u32) -> &[BlockId];
+    /// The cached prefix, in full blocks, of workload row `request`'s prompt blocks `ids` (all
+    /// of them, or a leading part) in this rank's G1: a block cache looks the identities up, a
+    /// radix cache the row's tokens.
     fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit;
     /// Blocks held by running requests (the load a cache-aware router sees).
     fn active_blocks(&self) -> u32;
@@ -96,6 +99,25 @@ pub trait Engine {
     fn running_len(&self) -> usize;
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
+}
+
+/// The leading tokens of a request that must hold `target` tokens of KV before its next token
+/// (its prompt, and after a preemption the tokens it emitted) that a pass may take from a cache
+/// instead of computing them: all but the last, so the pass computes at least one token and has
+/// logits to sample the next one from. A fully cached prompt still runs a prefill of its last
+/// token (of its last block, where the cache reuses whole blocks), as vLLM caps a prefix-cache
+/// hit at `num_tokens - 1`, TensorRT-LLM matches reusable blocks over all prompt tokens but the
+/// last, and SGLang matches its radix tree over `input_len - 1` tokens.
+pub(super) fn reusable_tokens(target: u32) -> u32 {
+    debug_assert!(target > 0, "a request needs at least one token");
+    target - 1
+}
+
+/// The leading prompt blocks of `ids` (full blocks of `block_size` tokens) within
+/// `reusable_tokens(target)`.
+pub(super) fn reusable_ids(ids: &[BlockId], target: u32, block_size: u32) -> &[BlockId] {
+    let blocks = (reusable_tokens(target) / block_size) as usize;
+    &ids[..ids.len().min(blocks)]
 }
 
 /// Run up to `plain` decode passes of `requests` decoding requests over `kv` KV tokens, after

@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, Engine};
+use super::{chain_decode_passes, reusable_ids, reusable_tokens, Engine};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
@@ -76,7 +76,8 @@ struct Seq {
     in_pass: bool,
     admitted_once: bool,
     finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while memory had no
+    /// room for the hit).
     tier_checked: bool,
     last_token_ms: f64,
 }
@@ -338,7 +339,7 @@ impl SglangScheduler {
             .iter()
             .map(|&id| {
                 let seq = &seqs[id as usize];
-                (tree.peek(seq.request, seq.target() - 1), id)
+                (tree.peek(seq.request, reusable_tokens(seq.target())), id)
             })
             .collect();
         keyed.sort_by_key(|&(prefix, _)| std::cmp::Reverse(prefix));
@@ -403,8 +404,7 @@ impl SglangScheduler {
             }
             let seq = &self.seqs[id as usize];
             let (request, target) = (seq.request, seq.target());
-            // At least one token is computed, so the pass has logits to sample from.
-            let (cached, node) = self.tree.match_prefix(request, target - 1);
+            let (cached, node) = self.tree.match_prefix(request, reusable_tokens(target));
             let extend = target - cached;
             // Memory comes in whole pages: the prompt's new tokens take `input`.
             let input = self.page_ceil(extend);
@@ -799,6 +799,9 @@ impl Engine for SglangScheduler {
         }
         let id = self.new_seq(workload, i);
         let seq = &mut self.seqs[id as usize];
+        // Admitted on its prefill rank (its admission and reuse recorded there): prefilling
+        // here after a retraction is no first admission.
+        seq.admitted_once = true;
         seq.node = node;
         seq.cached = cached;
         seq.computed = cached;
@@ -884,8 +887,10 @@ impl Engine for SglangScheduler {
         self.tree.lock(node);
         let end = ((hit.blocks + blocks) * self.block_size).min(prompt);
         let need = u64::from(self.page_ceil(end) - cached);
-        if !self.make_room(need) {
+        // A hold that cannot fit evicts nothing: it is tried again before later passes.
+        if self.free() + self.tree.evictable() < need {
             self.tree.unlock(node);
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -916,12 +921,13 @@ impl Engine for SglangScheduler {
         &self.ids
     }
 
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        reusable_ids(self.ids.of(seq.request as usize), seq.target(), self.block_size)
     }
 
-    fn prefix_hit(&self, request: usize, _ids: &[BlockId]) -> PrefixHit {
-        let tokens = self.tree.peek(request as u32, u32::MAX);
+    fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit {
+        let tokens = self.tree.peek(request as u32, ids.len() as u32 * self.block_size);
         PrefixHit {
             blocks: tokens / self.block_size,
             // Holding a cached prefix takes no memory besides what `hold_for_onboard` checks.

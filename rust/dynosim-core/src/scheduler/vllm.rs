@@ -8,7 +8,7 @@ use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::{chain_decode_passes, Engine};
+use crate::scheduler::{chain_decode_passes, reusable_ids, Engine};
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -35,8 +35,8 @@ pub(super) struct Seq {
     pub(super) pass_tokens: u32,
     pub(super) admitted_once: bool,
     pub(super) finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
-    /// from what G1 still holds).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while G1 had no room for
+    /// the hit: a preempted request recomputes from what G1 still holds).
     pub(super) tier_checked: bool,
     pub(super) last_token_ms: f64,
 }
@@ -429,10 +429,9 @@ impl VllmScheduler {
     /// new blocks for them; `None` when the pass has no room for it (an unchunked prompt larger
     /// than the budget runs alone, rather than never).
     pub(super) fn head_chunk(&self, id: u32, budget: u32) -> Option<Head> {
-        let seq = &self.seqs[id as usize];
-        let hit = self.cache.lookup(self.ids.of(seq.request as usize));
-        let target = seq.target();
-        let cached = (hit.blocks * self.config.block_size).min(target);
+        let target = self.seqs[id as usize].target();
+        let hit = self.cache.lookup(self.reusable_ids(id));
+        let cached = hit.blocks * self.config.block_size;
         let remaining = target - cached;
         let tokens = if remaining <= budget {
             remaining
@@ -568,9 +567,10 @@ impl Engine for VllmScheduler {
         &self.ids
     }
 
-    /// The identities of the full prompt blocks of prepared request `handle`.
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        let ids = self.ids.of(seq.request as usize);
+        reusable_ids(ids, seq.target(), self.config.block_size)
     }
 
     /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
@@ -606,12 +606,14 @@ impl Engine for VllmScheduler {
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
     /// private blocks for the following prompt blocks that come up from G2/G3 (as
     /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now
-    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside).
+    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside): the
+    /// request is then looked up again before a later pass.
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
-        if self.cache.available() < hit.inactive + blocks {
-            return false;
-        }
-        if self.no_evict() && u64::from(hit.inactive + blocks) > self.unreserved_blocks() {
+        let need = hit.inactive + blocks;
+        if self.cache.available() < need
+            || (self.no_evict() && u64::from(need) > self.unreserved_blocks())
+        {
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -659,7 +661,11 @@ impl Engine for VllmScheduler {
             return None;
         }
         let id = self.new_seq(workload, i);
-        self.seqs[id as usize].hold(&mut self.cache, self.ids.of(i), hit, need);
+        let seq = &mut self.seqs[id as usize];
+        // Admitted on its prefill rank (its admission and reuse recorded there): recomputing
+        // here after a preemption is no first admission.
+        seq.admitted_once = true;
+        seq.hold(&mut self.cache, self.ids.of(i), hit, need);
         self.receiving += 1;
         if no_evict {
             self.receiving_reserved += self.blocks_to_completion(id);

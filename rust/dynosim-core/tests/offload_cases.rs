@@ -471,3 +471,33 @@ fn a_radix_prefix_ending_inside_a_tier_block_is_not_counted_twice() {
         (2, 1, 1)
     );
 }
+
+#[test]
+fn a_request_onboarding_counts_as_waiting_on_its_rank_in_every_flavour() {
+    // One worker of two data-parallel ranks, one sequence slot each, 16-token blocks. A, B and C
+    // go to rank 0 (ties go to the lowest rank): B evicts A's blocks to G2, and at 100 ms C
+    // starts onboarding them there. E (one new block) arrives at 110 ms: rank 0 holds C
+    // onboarding, which vLLM's balancer counts as waiting (4 x 1 + 0 = 4 against rank 1's 0),
+    // so E goes to the idle rank 1 and prefills at once (TTFT 10 ms). Sent to rank 0, E would
+    // wait for C's slot (in the SGLang-like flavour until C ends at 158 ms).
+    use dynosim_core::config::Backend;
+    let rows = Rows::new(
+        BLOCK as u32,
+        &[
+            (0.0, 48, 1, &[1, 2, 3]),
+            (20.0, 64, 1, &[11, 12, 13, 14]),
+            (100.0, 64, 1, &[1, 2, 3, 31]),
+            (110.0, 16, 1, &[41]),
+        ],
+    );
+    for backend in [Backend::Vllm, Backend::Sglang, Backend::Trtllm] {
+        let mut c = config(1, Some(8), None, false);
+        c.engine.backend = backend;
+        c.engine.data_parallel_size = 2;
+        c.engine.max_num_seqs = 1;
+        let r = rows.replay(&c);
+        assert!(!r.records.onboard_start_ms[2].is_nan(), "{backend:?}");
+        assert_eq!(r.records.first_admit_ms[3], 110.0, "{backend:?}");
+        assert_eq!(r.derived.ttft_ms[3], 10.0, "{backend:?}");
+    }
+}

@@ -55,10 +55,10 @@ impl Worker {
     /// The rank of this worker a request goes to: the least loaded as vLLM's data-parallel
     /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank. `handed(r)`
     /// counts requests already sent to rank `r` that it has not taken in yet (handoffs waiting
-    /// for a block reservation): they wait there, as vLLM counts each dispatch at once.
+    /// for a block reservation).
     fn pick_rank(&self, ranks: &[Scheduler], handed: impl Fn(usize) -> Handed) -> usize {
         self.ranks()
-            .min_by_key(|&r| ranks[r].load_score() + 4 * handed(r).requests)
+            .min_by_key(|&r| ranks[r].load_score(handed(r).requests))
             .expect("a worker has at least one rank")
     }
 }

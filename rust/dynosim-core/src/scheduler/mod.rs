@@ -89,8 +89,12 @@ pub trait Engine {
     fn waiting_blocks(&self) -> u64;
     /// Cached blocks evicted so far.
     fn evictions(&self) -> u64;
-    /// The rank's load as vLLM's data-parallel balancer scores it.
-    fn load_score(&self) -> u64;
+    /// The requests the rank holds, as a data-parallel balancer counts them
+    /// (`Scheduler::load_score`).
+    fn load(&self) -> Load;
+    /// What the debug checks read (`check_invariants`).
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit;
     /// Tokens per KV block of this rank.
     fn block_size(&self) -> u32;
     fn is_busy(&self) -> bool;
@@ -99,6 +103,77 @@ pub trait Engine {
     fn running_len(&self) -> usize;
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
+}
+
+/// The requests a rank holds, as a data-parallel balancer counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Waiting to be admitted, or holding memory while their KV arrives from a prefill rank
+    /// or comes up from the offload tiers (vLLM keeps both in its waiting queues).
+    pub waiting: u64,
+    /// Admitted: computing their prompt or decoding.
+    pub running: u64,
+}
+
+/// What a rank's debug checks read, whatever its flavour, in the units of its memory (blocks
+/// of a block cache, tokens of a radix cache).
+#[cfg(debug_assertions)]
+pub struct Audit {
+    /// Sequence slots taken (requests admitted, and those holding memory while their KV
+    /// arrives or comes up from the tiers) and `max_num_seqs`.
+    pub seats: usize,
+    pub max_seats: usize,
+    /// Tokens the pass in flight computes, and the most one pass may compute.
+    pub pass_tokens: u64,
+    pub pass_budget: u64,
+    /// Memory in use (held or cached) and the rank's capacity.
+    pub memory: u64,
+    pub capacity: u64,
+    /// Per shared unit of memory (a cached block's slot, a radix tree node): the references
+    /// the cache counts, and the requests whose holdings reach it.
+    pub references: Vec<u32>,
+    pub holders: Vec<u32>,
+    /// Memory the rank counts as held by requests, and what the requests' own holdings add up
+    /// to.
+    pub held: u64,
+    pub held_by_requests: u64,
+}
+
+/// The limits every rank keeps, whatever its flavour, checked in debug builds when a pass is
+/// planned and when it ends: sequence slots, the token budget of a pass, the memory's capacity,
+/// reference counts (a cached block's, a tree node's locks) equal to the requests holding it,
+/// and memory held adding up to the requests' holdings.
+#[cfg(debug_assertions)]
+pub(super) fn check_invariants(engine: &dyn Engine) {
+    let a = engine.audit();
+    assert!(
+        a.seats <= a.max_seats,
+        "{} sequence slots taken, more than max_num_seqs {}",
+        a.seats,
+        a.max_seats
+    );
+    assert!(
+        a.pass_tokens <= a.pass_budget,
+        "{} tokens scheduled over a budget of {}",
+        a.pass_tokens,
+        a.pass_budget
+    );
+    assert!(
+        a.memory <= a.capacity,
+        "{} of memory in use, more than the capacity {}",
+        a.memory,
+        a.capacity
+    );
+    if let Some(k) = (0..a.references.len()).find(|&k| a.references[k] != a.holders[k]) {
+        panic!(
+            "memory unit {k}: {} references in the cache, {} requests hold it",
+            a.references[k], a.holders[k]
+        );
+    }
+    assert_eq!(
+        a.held, a.held_by_requests,
+        "memory held differs from the requests' holdings"
+    );
 }
 
 /// The leading tokens of a request that must hold `target` tokens of KV before its next token
@@ -187,6 +262,17 @@ impl Scheduler {
                 "the sglang engine flavour needs the trace's prefix chains".to_string(),
             )),
         }
+    }
+}
+
+impl Scheduler {
+    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
+    /// (vllm/v1/engine/core_client.py), for every flavour; `handed`: requests already sent to
+    /// the rank that it has not taken in yet, counted as waiting (vLLM counts each dispatch at
+    /// once).
+    pub fn load_score(&self, handed: u64) -> u64 {
+        let load = self.load();
+        4 * (load.waiting + handed) + load.running
     }
 }
 

@@ -37,7 +37,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, reusable_ids, reusable_tokens, Engine};
+use super::{chain_decode_passes, reusable_ids, reusable_tokens, Engine, Load};
+#[cfg(debug_assertions)]
+use super::{check_invariants, Audit};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
@@ -568,28 +570,6 @@ impl SglangScheduler {
             self.new_token_ratio = estimate.min(1.0);
         }
     }
-
-    /// The limits a pass must keep, checked after each one in debug builds: memory, running
-    /// slots, and the token accounting (requests' private tokens add up, locks match).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        assert!(self.tree.cached() + self.private <= self.capacity);
-        assert!(
-            self.seats() <= self.max_running,
-            "running {:?} chunked {:?} receiving {} onboarding {} role {:?}",
-            self.running,
-            self.chunked,
-            self.receiving,
-            self.onboarding,
-            self.role
-        );
-        // Released requests hold nothing, so every sequence can be summed.
-        let private: u64 = self.seqs.iter().map(|s| u64::from(s.private)).sum();
-        assert_eq!(
-            private, self.private,
-            "private tokens differ from the requests'"
-        );
-    }
 }
 
 impl Engine for SglangScheduler {
@@ -620,6 +600,8 @@ impl Engine for SglangScheduler {
             || self.decode_batch(records)
             // Retracting every running request frees memory a prefill can use.
             || self.prefill_batch(now, records);
+        #[cfg(debug_assertions)]
+        check_invariants(self);
         if !formed {
             return None;
         }
@@ -629,8 +611,6 @@ impl Engine for SglangScheduler {
         }));
         self.busy = true;
         self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
         Some(self.timer.pass_ms(&shape))
     }
 
@@ -689,6 +669,8 @@ impl Engine for SglangScheduler {
             let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
+        #[cfg(debug_assertions)]
+        check_invariants(self);
     }
 
     fn run_plain_decodes(
@@ -923,11 +905,17 @@ impl Engine for SglangScheduler {
 
     fn reusable_ids(&self, handle: u32) -> &[BlockId] {
         let seq = &self.seqs[handle as usize];
-        reusable_ids(self.ids.of(seq.request as usize), seq.target(), self.block_size)
+        reusable_ids(
+            self.ids.of(seq.request as usize),
+            seq.target(),
+            self.block_size,
+        )
     }
 
     fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit {
-        let tokens = self.tree.peek(request as u32, ids.len() as u32 * self.block_size);
+        let tokens = self
+            .tree
+            .peek(request as u32, ids.len() as u32 * self.block_size);
         PrefixHit {
             blocks: tokens / self.block_size,
             // Holding a cached prefix takes no memory besides what `hold_for_onboard` checks.
@@ -947,9 +935,48 @@ impl Engine for SglangScheduler {
         self.evicted_tokens / u64::from(self.block_size)
     }
 
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding memory while their KV arrives or comes up from the
+    /// tiers, and the admitted ones: decoding, or computing their prompt (in the pass in
+    /// flight or part-way through chunked prefill).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: (self.running.len() + self.prefilling) as u64,
+        }
+    }
+
+    /// In tokens. A prefill batch takes at most `chunked_prefill_size` tokens (whole pages of
+    /// it), a decode step one token per request.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let tokens: u64 = self
+            .in_pass
+            .iter()
+            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
+            .sum();
+        let prefill = self
+            .in_pass
+            .iter()
+            .any(|&id| self.seqs[id as usize].prefilling);
+        let budget = if prefill {
+            u64::from(self.settings.chunked_prefill_size)
+        } else {
+            self.in_pass.len() as u64
+        };
+        let (references, holders) = self.tree.lock_counts(self.seqs.iter().map(|s| s.node));
+        Audit {
+            seats: self.seats(),
+            max_seats: self.max_running,
+            pass_tokens: tokens,
+            pass_budget: budget,
+            memory: self.tree.cached() + self.private,
+            capacity: self.capacity,
+            references,
+            holders,
+            held: self.private,
+            // Released requests hold nothing, so every sequence can be summed.
+            held_by_requests: self.seqs.iter().map(|s| u64::from(s.private)).sum(),
+        }
     }
 
     fn block_size(&self) -> u32 {
@@ -1266,5 +1293,38 @@ mod tests {
             ..config(100)
         });
         assert!((e.new_token_ratio() - 0.35).abs() < 1e-12);
+    }
+
+    /// One request (8-token prompt, 4 output tokens) prefilled and decoding: the pass after
+    /// its prefill is planned.
+    fn decoding() -> (SglangScheduler, Records) {
+        let rig = Rig::new(&[(8, 4, vec![1, 2])]);
+        let w = rig.workload();
+        let mut r = rig.records();
+        let mut e = rig.engine(config(100));
+        e.enqueue(&w, 0);
+        e.start_pass(0.0, &mut r);
+        e.finish_pass(10.0, &mut r);
+        assert_eq!(e.start_pass(10.0, &mut r), Some(1.0));
+        (e, r)
+    }
+
+    #[test]
+    #[should_panic(expected = "requests hold it")]
+    fn a_lock_no_request_holds_is_caught_when_the_pass_ends() {
+        // A stray lock on the request's cached prompt, as a request that never unlocked it.
+        let (mut e, mut r) = decoding();
+        let node = e.seqs[0].node;
+        e.tree.lock(node);
+        e.finish_pass(11.0, &mut r);
+    }
+
+    #[test]
+    #[should_panic(expected = "over a budget of 1")]
+    fn a_pass_over_its_token_budget_is_caught() {
+        // A decode step computes one token per request: two for one request is over budget.
+        let (mut e, _) = decoding();
+        e.seqs[0].pass_tokens = 2;
+        check_invariants(&e);
     }
 }

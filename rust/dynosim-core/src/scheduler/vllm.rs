@@ -8,7 +8,9 @@ use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::{chain_decode_passes, reusable_ids, Engine};
+use crate::scheduler::{chain_decode_passes, reusable_ids, Engine, Load};
+#[cfg(debug_assertions)]
+use crate::scheduler::{check_invariants, Audit};
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -257,57 +259,6 @@ impl VllmScheduler {
         }
     }
 
-    /// The limits a pass must keep, checked when each is planned and when it ends in debug
-    /// builds: sequence slots, the token budget, the cache's capacity, and the block accounting
-    /// (each cached block's reference count equals the requests whose slot lists hold it, and
-    /// the active blocks are those plus the private ones).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        let max = self.config.max_num_seqs as usize;
-        assert!(
-            self.seqs_in_use() <= max,
-            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
-            self.running.len(),
-            self.receiving,
-            self.onboarding
-        );
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
-        // An unchunked prompt larger than the budget runs alone rather than never.
-        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
-        assert!(
-            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
-            "{tokens} tokens scheduled over a budget of {}",
-            self.config.max_num_batched_tokens
-        );
-        let cache = &self.cache;
-        assert!(cache.active() + cache.inactive() <= cache.capacity());
-        let refcounts = cache.refcounts();
-        let mut held = vec![0u32; refcounts.len()];
-        let mut private = 0u64;
-        for q in &self.seqs {
-            for &slot in &q.slots {
-                held[slot as usize] += 1;
-            }
-            private += u64::from(q.private);
-        }
-        if let Some(slot) = (0..held.len()).find(|&k| held[k] != refcounts[k]) {
-            panic!(
-                "block slot {slot}: {} references in the cache, {} requests hold it",
-                refcounts[slot], held[slot]
-            );
-        }
-        let named = refcounts.iter().filter(|&&r| r > 0).count() as u64;
-        assert_eq!(
-            named + private,
-            u64::from(cache.active()),
-            "active blocks differ from the named and private blocks requests hold"
-        );
-    }
-
     /// Release running request `running[vi]` and send it back to the front of the queue to be
     /// recomputed.
     /// 0 when the blocks of a request's last token count toward what it must be able to hold
@@ -485,8 +436,6 @@ impl VllmScheduler {
         }));
         self.busy = true;
         self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
         Some(self.timer.pass_ms(&shape))
     }
 }
@@ -709,12 +658,48 @@ impl Engine for VllmScheduler {
         }
     }
 
-    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
-    /// (vllm/v1/engine/core_client.py): requests holding blocks while their KV arrives or comes
-    /// up from the tiers count as waiting, as vLLM keeps them in its waiting queues.
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize + self.onboarding as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding blocks while their KV arrives or comes up from the
+    /// tiers, and the running ones (prefilling or decoding).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: self.running.len() as u64,
+        }
+    }
+
+    /// In blocks. An unchunked prompt larger than the budget runs alone rather than never.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let tokens: u64 = self
+            .in_pass
+            .iter()
+            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
+            .sum();
+        let budget = u64::from(self.config.max_num_batched_tokens);
+        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
+        let cache = &self.cache;
+        let references = cache.refcounts();
+        let mut holders = vec![0u32; references.len()];
+        let mut private = 0u64;
+        for q in &self.seqs {
+            for &slot in &q.slots {
+                holders[slot as usize] += 1;
+            }
+            private += u64::from(q.private);
+        }
+        let named = holders.iter().filter(|&&n| n > 0).count() as u64;
+        Audit {
+            seats: self.seqs_in_use(),
+            max_seats: self.config.max_num_seqs as usize,
+            pass_tokens: tokens,
+            pass_budget: if alone { budget.max(tokens) } else { budget },
+            memory: u64::from(cache.active() + cache.inactive()),
+            capacity: u64::from(cache.capacity()),
+            references,
+            holders,
+            held: u64::from(cache.active()),
+            held_by_requests: named + private,
+        }
     }
 
     /// Blocks the queue will need: waiting requests' prompts (and recomputed tokens).
@@ -772,7 +757,10 @@ impl Engine for VllmScheduler {
             Planner::Vllm(mode) => self.plan_vllm(mode, now, records),
             Planner::Trtllm(capacity) => self.plan_trtllm(capacity, now, records),
         }
-        self.launch()
+        let ms = self.launch();
+        #[cfg(debug_assertions)]
+        check_invariants(self);
+        ms
     }
 
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass
@@ -889,7 +877,7 @@ impl Engine for VllmScheduler {
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
         #[cfg(debug_assertions)]
-        self.check_invariants();
+        check_invariants(self);
     }
 }
 
@@ -929,7 +917,7 @@ mod tests {
 
     #[test]
     fn consistent_block_accounting_passes_the_check() {
-        two_running().check_invariants();
+        check_invariants(&two_running());
     }
 
     #[test]
@@ -940,6 +928,6 @@ mod tests {
         // add up (4 slots held, 4 references), but two slots are now miscounted.
         let other = rank.seqs[1].slots[0];
         rank.seqs[0].slots[0] = other;
-        rank.check_invariants();
+        check_invariants(&rank);
     }
 }

@@ -101,7 +101,9 @@ class EngineConfig(_Settings):
     )
     block_size: int | None = _flavour("block_size", "Tokens per KV block.")
     num_gpu_blocks: int = _default("engine", "num_gpu_blocks", "KV blocks in one rank's GPU cache.")
-    max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
+    max_num_seqs: int = _default(
+        "engine", "max_num_seqs", "Most requests running at once on one rank."
+    )
     tensor_parallel_size: int = _default(
         "engine",
         "tensor_parallel_size",

@@ -77,9 +77,10 @@ pub struct EngineConfig {
     pub backend: Backend,
     /// Tokens per KV block (all flavours; default by flavour).
     pub block_size: Option<u32>,
-    /// KV blocks of one worker's GPU cache.
+    /// KV blocks of one rank's GPU cache (each of a worker's `data_parallel_size` ranks has
+    /// its own).
     pub num_gpu_blocks: u32,
-    /// Most requests running at once on a worker.
+    /// Most requests running at once on one rank (each of a worker's ranks has its own).
     pub max_num_seqs: u32,
     /// GPUs one rank spans (tensor parallelism); part of the timing key and the GPU count.
     pub tensor_parallel_size: u32,

@@ -124,29 +124,45 @@ struct Knobs {
     wait_for_copies: bool,
 }
 
-fn arb_knobs() -> impl Strategy<Value = Knobs> {
+/// Random request rows (`arb_rows`) and knobs. Half the cases are crowded: prompts of at
+/// most 12 tokens (within a family they share up to 8: many prefixes overlap, many prompts are
+/// fully cached) on caches of 2 to 9 blocks, which evict all the time.
+fn arb_case() -> impl Strategy<Value = (Vec<(u32, u32, u32, u8)>, Knobs)> {
     (
+        arb_rows(),
         (2u32..40, 2u32..40, 1u32..6, 1u32..40),
         (any::<bool>(), 1u32..5, 1u32..3, 1u32..3, 1u32..3),
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
+                mut rows,
                 (blocks, decode_blocks, seqs, budget),
                 (chunked, page, workers, decode_workers, data_parallel),
-                (first_decode_pass, wait_for_copies),
-            )| Knobs {
-                blocks,
-                decode_blocks,
-                seqs,
-                budget,
-                chunked,
-                page,
-                workers,
-                decode_workers,
-                data_parallel,
-                first_decode_pass,
-                wait_for_copies,
+                (first_decode_pass, wait_for_copies, crowded),
+            )| {
+                let (blocks, decode_blocks) = if crowded {
+                    for row in &mut rows {
+                        row.1 = 1 + (row.1 - 1) % 12;
+                    }
+                    (2 + blocks % 8, 2 + decode_blocks % 8)
+                } else {
+                    (blocks, decode_blocks)
+                };
+                let knobs = Knobs {
+                    blocks,
+                    decode_blocks,
+                    seqs,
+                    budget,
+                    chunked,
+                    page,
+                    workers,
+                    decode_workers,
+                    data_parallel,
+                    first_decode_pass,
+                    wait_for_copies,
+                };
+                (rows, knobs)
             },
         )
 }
@@ -272,11 +288,11 @@ fn check_limits(c: &SimConfig, r: &Report) -> Result<(), TestCaseError> {
 
 #[test]
 fn every_flavour_mode_tier_and_transfer_setting_keeps_its_limits() {
-    let strategy = (arb_rows(), arb_knobs());
+    let strategy = arb_case();
     let mut failures = Vec::new();
     for (k, p) in points().into_iter().enumerate() {
         let cases = Config {
-            cases: 4,
+            cases: 6,
             failure_persistence: None,
             ..Config::default()
         };

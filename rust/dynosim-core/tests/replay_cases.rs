@@ -71,6 +71,29 @@ fn second_request_reuses_the_shared_prefix() {
 }
 
 #[test]
+fn a_fully_cached_prompt_computes_its_last_token_in_every_flavour() {
+    // The same 8-token prompt (two 4-token blocks) at 0 and 100 ms, two tokens out each. The
+    // second finds the whole prompt cached, but its pass must compute at least the last token:
+    // the block caches (vLLM-like, TensorRT-LLM-like) reuse the first block and prefill the
+    // second, the radix cache (SGLang-like, 1-token pages) reuses 7 tokens and prefills 1.
+    // Either way a 10 ms prefill pass, then a 1 ms decode.
+    use dynosim_core::config::Backend;
+    let rows = Rows::new(4, &[(0.0, 8, 2, &[1, 2]), (100.0, 8, 2, &[1, 2])]);
+    for (backend, reused) in [
+        (Backend::Vllm, 4),
+        (Backend::Trtllm, 4),
+        (Backend::Sglang, 7),
+    ] {
+        let mut c = common::one_worker(100);
+        c.engine.backend = backend;
+        let r = rows.replay(&c);
+        assert_eq!(r.records.reused_tokens, [0, reused], "{backend:?}");
+        assert_eq!(r.derived.ttft_ms, [10.0, 10.0], "{backend:?}");
+        assert_eq!(r.derived.e2e_ms, [11.0, 11.0], "{backend:?}");
+    }
+}
+
+#[test]
 fn cache_too_small_for_two_preempts_then_recomputes() {
     // 4 blocks of 4 tokens. A and B: 4-token prompts, 8 output tokens (each needs 3 blocks to
     // finish). Prefill both [0,10]; decodes at 11..14 grow each to 2 blocks (cache full).

@@ -123,9 +123,10 @@ pub struct Audit {
     /// arrives or comes up from the tiers) and `max_num_seqs`.
     pub seats: usize,
     pub max_seats: usize,
-    /// Tokens the pass in flight computes, and the most one pass may compute.
-    pub pass_tokens: u64,
-    pub pass_budget: u64,
+    /// Tokens each request computes in the pass in flight, and the most one pass may compute
+    /// (`None`: no limit, as for an unchunked prompt larger than the budget, which runs alone).
+    pub pass_tokens: Vec<u32>,
+    pub pass_budget: Option<u64>,
     /// Memory in use (held or cached) and the rank's capacity.
     pub memory: u64,
     pub capacity: u64,
@@ -152,12 +153,13 @@ pub(super) fn check_invariants(engine: &dyn Engine) {
         a.seats,
         a.max_seats
     );
-    assert!(
-        a.pass_tokens <= a.pass_budget,
-        "{} tokens scheduled over a budget of {}",
-        a.pass_tokens,
-        a.pass_budget
-    );
+    let tokens: u64 = a.pass_tokens.iter().map(|&n| u64::from(n)).sum();
+    if let Some(budget) = a.pass_budget {
+        assert!(
+            tokens <= budget,
+            "{tokens} tokens scheduled over a budget of {budget}"
+        );
+    }
     assert!(
         a.memory <= a.capacity,
         "{} of memory in use, more than the capacity {}",

@@ -949,11 +949,6 @@ impl Engine for SglangScheduler {
     /// it), a decode step one token per request.
     #[cfg(debug_assertions)]
     fn audit(&self) -> Audit {
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
         let prefill = self
             .in_pass
             .iter()
@@ -967,8 +962,12 @@ impl Engine for SglangScheduler {
         Audit {
             seats: self.seats(),
             max_seats: self.max_running,
-            pass_tokens: tokens,
-            pass_budget: budget,
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: Some(budget),
             memory: self.tree.cached() + self.private,
             capacity: self.capacity,
             references,

@@ -670,12 +670,6 @@ impl Engine for VllmScheduler {
     /// In blocks. An unchunked prompt larger than the budget runs alone rather than never.
     #[cfg(debug_assertions)]
     fn audit(&self) -> Audit {
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
-        let budget = u64::from(self.config.max_num_batched_tokens);
         let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
         let cache = &self.cache;
         let references = cache.refcounts();
@@ -691,8 +685,12 @@ impl Engine for VllmScheduler {
         Audit {
             seats: self.seqs_in_use(),
             max_seats: self.config.max_num_seqs as usize,
-            pass_tokens: tokens,
-            pass_budget: if alone { budget.max(tokens) } else { budget },
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: (!alone).then_some(u64::from(self.config.max_num_batched_tokens)),
             memory: u64::from(cache.active() + cache.inactive()),
             capacity: u64::from(cache.capacity()),
             references,

@@ -1066,6 +1066,16 @@ mod tests {
         fn records(&self) -> Records {
             Records::new(self.arrival.clone(), &self.input, &self.output)
         }
+
+        /// An engine of `config` that ran request 0's prefill pass (0-10 ms).
+        fn after_first_prefill(&self, config: EngineConfig) -> (SglangScheduler, Records) {
+            let mut r = self.records();
+            let mut e = self.engine(config);
+            e.enqueue(&self.workload(), 0);
+            e.start_pass(0.0, &mut r);
+            e.finish_pass(10.0, &mut r);
+            (e, r)
+        }
     }
 
     /// An SGLang engine of `tokens` one-token blocks.
@@ -1115,16 +1125,13 @@ mod tests {
     fn first_batch(rows: &[(u32, u32, Vec<u64>)], policy: SchedulePolicy) -> Vec<u32> {
         let rig = Rig::new(rows);
         let w = rig.workload();
-        let mut r = rig.records();
-        let mut e = rig.engine(EngineConfig {
+        // Request 0 ends (one output token); its prompt stays.
+        let (mut e, mut r) = rig.after_first_prefill(EngineConfig {
             schedule_policy: Some(policy),
             chunked_prefill_size: Some(8),
             max_prefill_tokens: Some(16),
             ..config(10_000)
         });
-        e.enqueue(&w, 0);
-        e.start_pass(0.0, &mut r);
-        e.finish_pass(10.0, &mut r); // request 0 ends (one output token); its prompt stays
         for i in 1..rows.len() {
             e.enqueue(&w, i);
         }
@@ -1170,13 +1177,8 @@ mod tests {
         // its prompt plus output strictly inside 90 free - 35 = 55 tokens.
         let admitted = |b_output: u32| {
             let rig = Rig::new(&[(10, 51, vec![1, 2, 3]), (20, b_output, vec![4, 5, 6, 7, 8])]);
-            let w = rig.workload();
-            let mut r = rig.records();
-            let mut e = rig.engine(config(100));
-            e.enqueue(&w, 0);
-            e.start_pass(0.0, &mut r);
-            e.finish_pass(10.0, &mut r);
-            e.enqueue(&w, 1);
+            let (mut e, mut r) = rig.after_first_prefill(config(100));
+            e.enqueue(&rig.workload(), 1);
             e.start_pass(10.0, &mut r);
             in_pass(&e) == [1]
         };
@@ -1297,13 +1299,7 @@ mod tests {
     /// One request (8-token prompt, 4 output tokens) prefilled and decoding: the pass after
     /// its prefill is planned.
     fn decoding() -> (SglangScheduler, Records) {
-        let rig = Rig::new(&[(8, 4, vec![1, 2])]);
-        let w = rig.workload();
-        let mut r = rig.records();
-        let mut e = rig.engine(config(100));
-        e.enqueue(&w, 0);
-        e.start_pass(0.0, &mut r);
-        e.finish_pass(10.0, &mut r);
+        let (mut e, mut r) = Rig::new(&[(8, 4, vec![1, 2])]).after_first_prefill(config(100));
         assert_eq!(e.start_pass(10.0, &mut r), Some(1.0));
         (e, r)
     }

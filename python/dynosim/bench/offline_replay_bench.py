@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-seqs",
         type=int,
         metavar="N",
-        help=f"most running requests per worker (default {d.engine.max_num_seqs})",
+        help=f"most running requests per rank (default {d.engine.max_num_seqs})",
     )
     p.add_argument(
         "--max-num-batched-tokens",

@@ -41,7 +41,9 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--workers", type=int, help="number of aggregated workers")
     r.add_argument("--block-size", type=int, help="tokens per KV block")
     r.add_argument("--num-gpu-blocks", type=int, help="KV blocks per rank (a worker has DP ranks)")
-    r.add_argument("--max-num-seqs", type=int, help="most running requests per worker")
+    r.add_argument(
+        "--max-num-seqs", type=int, help="most running requests per rank (a worker has DP ranks)"
+    )
     r.add_argument(
         "--max-num-batched-tokens", type=int, help="token budget per pass (trtllm: max_num_tokens)"
     )

@@ -118,7 +118,9 @@ class EngineConfig(_Settings):
         "(vLLM's gpu_memory_utilization; SGLang's mem_fraction_static, TensorRT-LLM's "
         "free_gpu_memory_fraction as AIC reads them); unset num_gpu_blocks are sized from it.",
     )
-    max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
+    max_num_seqs: int = _default(
+        "engine", "max_num_seqs", "Most requests running at once on one rank."
+    )
     tensor_parallel_size: int = _default(
         "engine",
         "tensor_parallel_size",

@@ -390,7 +390,8 @@ pub struct TierRoleSummary {
     pub num_onboards: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onboard_ms: Option<Distribution>,
-    /// Requests with G2/G3 hits that queued without them: G1 had no room to hold them.
+    /// Requests whose G2/G3 hit found no room in G1 when first looked up (each is looked up
+    /// again before later passes while it waits).
     pub onboards_skipped: u64,
     /// Onboards that first waited for offload copies still in flight, their share of all
     /// onboards, and the mean of those waits (ms).

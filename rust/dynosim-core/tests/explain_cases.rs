@@ -109,24 +109,3 @@ fn disaggregated_stages_include_the_transfer() {
     assert_eq!(b.ranks[1].passes["decode_only"].passes, 2);
     assert!(matches!(c.timing, TimingConfig::Fixed(_)));
 }
-
-#[test]
-fn a_decode_worker_readmitting_a_preempted_request_keeps_its_first_admission() {
-    // 1 prefill + 1 decode worker, instant transfers, 4-token blocks; the decode worker holds 5
-    // blocks. A and B (8-token prompts, 8 tokens) are admitted on the prefill worker at 0 with
-    // nothing cached, and land on the decode worker at 10 (2 blocks each). Growing to a third
-    // block each needs 6 > 5 blocks: the decode worker preempts B and later recomputes its
-    // prompt there. Its first admission stays the prefill worker's (0 ms, 0 tokens reused).
-    let rows = Rows::new(4, &[(0.0, 8, 8, &[1, 2]), (0.0, 8, 8, &[3, 4])]);
-    let mut c = common::one_worker(100);
-    c.cluster.mode = ServingMode::Disaggregated;
-    c.cluster.num_prefill_workers = 1;
-    c.cluster.num_decode_workers = 1;
-    let mut decode = c.engine.clone();
-    decode.num_gpu_blocks = 5;
-    c.decode.engine = Some(decode);
-    let r = rows.replay(&c);
-    assert!(r.summary.num_preemptions >= 1);
-    assert_eq!(r.records.first_admit_ms, [0.0, 0.0]);
-    assert_eq!(r.records.reused_tokens, [0, 0]);
-}

@@ -51,7 +51,9 @@ fn unchunked_prefill_takes_one_pass() {
 #[test]
 fn second_request_reuses_the_shared_prefix() {
     // A (t=0) and B (t=100) share their first 4-token block (hash 1); C (t=200) repeats A's
-    // whole prompt, so nothing is left to prefill: its pass costs 0 ms.
+    // whole prompt. Both of C's blocks are cached, but a pass must compute at least its last
+    // token and the cache reuses whole blocks: C reuses block 1 and recomputes block 2 (4
+    // tokens), a 10 ms prefill pass, then emits its second token at 11 ms.
     let rows = Rows::new(
         4,
         &[
@@ -61,12 +63,34 @@ fn second_request_reuses_the_shared_prefix() {
         ],
     );
     let r = rows.replay(&small(100, 64));
-    assert_eq!(r.records.reused_tokens, [0, 4, 8]);
-    assert_eq!(r.derived.ttft_ms[..2], [10.0, 10.0]);
-    assert_eq!(r.derived.ttft_ms[2], 0.0);
-    assert_eq!(r.derived.e2e_ms[2], 1.0);
-    assert_eq!(r.summary.reused_tokens, 12);
-    assert!((r.summary.prefix_reuse_ratio - 12.0 / 24.0).abs() < 1e-12);
+    assert_eq!(r.records.reused_tokens, [0, 4, 4]);
+    assert_eq!(r.derived.ttft_ms, [10.0, 10.0, 10.0]);
+    assert_eq!(r.derived.e2e_ms[2], 11.0);
+    assert_eq!(r.summary.reused_tokens, 8);
+    assert!((r.summary.prefix_reuse_ratio - 8.0 / 24.0).abs() < 1e-12);
+}
+
+#[test]
+fn a_fully_cached_prompt_computes_its_last_token_in_every_flavour() {
+    // The same 8-token prompt (two 4-token blocks) at 0 and 100 ms, two tokens out each. The
+    // second finds the whole prompt cached, but its pass must compute at least the last token:
+    // the block caches (vLLM-like, TensorRT-LLM-like) reuse the first block and prefill the
+    // second, the radix cache (SGLang-like, 1-token pages) reuses 7 tokens and prefills 1.
+    // Either way a 10 ms prefill pass, then a 1 ms decode.
+    use dynosim_core::config::Backend;
+    let rows = Rows::new(4, &[(0.0, 8, 2, &[1, 2]), (100.0, 8, 2, &[1, 2])]);
+    for (backend, reused) in [
+        (Backend::Vllm, 4),
+        (Backend::Trtllm, 4),
+        (Backend::Sglang, 7),
+    ] {
+        let mut c = common::one_worker(100);
+        c.engine.backend = backend;
+        let r = rows.replay(&c);
+        assert_eq!(r.records.reused_tokens, [0, reused], "{backend:?}");
+        assert_eq!(r.derived.ttft_ms, [10.0, 10.0], "{backend:?}");
+        assert_eq!(r.derived.e2e_ms, [11.0, 11.0], "{backend:?}");
+    }
 }
 
 #[test]
@@ -337,11 +361,12 @@ fn a_request_is_admitted_once_its_whole_prompt_fits() {
 fn data_parallel_ranks_keep_their_own_caches() {
     // The same prompt twice, the second sent at 11 ms while the first still decodes (prefill
     // 10 ms, then 1 ms decodes to its 50th token). With one rank the second reuses the cached
-    // prompt; with two, the busy rank 0 scores 1 (one running) and the idle rank 1 scores 0,
-    // so the second lands on rank 1's empty cache.
+    // prompt but its last block (a pass computes at least the last token); with two, the busy
+    // rank 0 scores 1 (one running) and the idle rank 1 scores 0, so the second lands on rank
+    // 1's empty cache.
     let rows = Rows::new(4, &[(0.0, 8, 50, &[1, 2]), (11.0, 8, 1, &[1, 2])]);
     let mut c = small(100, 64);
-    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 8]);
+    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 4]);
     c.engine.data_parallel_size = 2;
     assert_eq!(rows.replay(&c).records.reused_tokens, [0, 0]);
 }
@@ -434,7 +459,9 @@ fn session_turn_after_a_rejected_turn_still_goes() {
 #[test]
 fn closed_loop_keeps_concurrency_and_ignores_timestamps() {
     // Concurrency 2, five one-token requests far apart in the trace: two start at 0, each
-    // completion (10 ms prefill) starts the next at once.
+    // completion (10 ms prefill) starts the next at once. The prompts are one cached 4-token
+    // block, but the last token is always computed, so each recomputes its block: every pass
+    // is a 10 ms prefill.
     let rows: Vec<(f64, u32, u32, &[u64])> = (0..5)
         .map(|i| (f64::from(i) * 1000.0, 4, 1, &[9u64][..]))
         .collect();
@@ -442,15 +469,15 @@ fn closed_loop_keeps_concurrency_and_ignores_timestamps() {
     let mut c = small(100, 64);
     c.cluster.concurrency = Some(2);
     let r = rows.replay(&c);
-    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 10.0, 10.0, 10.0]);
-    // Requests 2 and 3 are fully cached by then (same prompt): 0 ms passes.
-    assert_eq!(r.records.first_token_ms, [10.0, 10.0, 10.0, 10.0, 10.0]);
+    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 10.0, 10.0, 20.0]);
+    assert_eq!(r.records.first_token_ms, [10.0, 10.0, 20.0, 20.0, 30.0]);
 }
 
 #[test]
 fn kv_aware_routing_follows_the_cached_prefix() {
     // Four workers. Request 0 warms worker 0 with a 4-block prefix; request 1, arriving after
     // it finished, shares the prefix: kv_aware sends it to worker 0, round robin to worker 1.
+    // It is request 0's whole prompt: it reuses 3 blocks and recomputes the last.
     let rows = Rows::new(
         4,
         &[(0.0, 16, 1, &[1, 2, 3, 4]), (100.0, 16, 1, &[1, 2, 3, 4])],
@@ -461,7 +488,7 @@ fn kv_aware_routing_follows_the_cached_prefix() {
     c.cluster.router = dynosim_core::config::RouterMode::KvAware;
     let r = rows.replay(&c);
     assert_eq!(r.records.worker, [0, 0]);
-    assert_eq!(r.records.reused_tokens, [0, 16]);
+    assert_eq!(r.records.reused_tokens, [0, 12]);
 }
 
 #[test]

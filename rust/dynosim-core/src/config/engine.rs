@@ -86,14 +86,15 @@ pub struct EngineConfig {
     pub backend: Backend,
     /// Tokens per KV block (all flavours; default by flavour).
     pub block_size: Option<u32>,
-    /// KV blocks of one rank's GPU cache. Unset (`null` or absent): `DEFAULT_NUM_GPU_BLOCKS`;
-    /// the Python layer sets it first from the role's model and GPU when its timing names them.
+    /// KV blocks of one rank's GPU cache (each of a worker's `data_parallel_size` ranks has
+    /// its own). Unset (`null` or absent): `DEFAULT_NUM_GPU_BLOCKS`; the Python layer sets it
+    /// first from the role's model and GPU when its timing names them.
     #[serde(deserialize_with = "blocks_or_default")]
     pub num_gpu_blocks: u32,
     /// Share of a GPU's memory the engine takes for weights, activations and KV cache (vLLM's
     /// `gpu_memory_utilization`): what the Python layer sizes `num_gpu_blocks` from.
     pub gpu_memory_utilization: f64,
-    /// Most requests running at once on a worker.
+    /// Most requests running at once on one rank (each of a worker's ranks has its own).
     pub max_num_seqs: u32,
     /// GPUs one rank spans (tensor parallelism); part of the timing key and the GPU count.
     pub tensor_parallel_size: u32,

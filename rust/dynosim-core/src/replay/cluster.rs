@@ -57,10 +57,10 @@ impl Worker {
     /// The rank of this worker a request goes to: the least loaded as vLLM's data-parallel
     /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank. `handed(r)`
     /// counts requests already sent to rank `r` that it has not taken in yet (handoffs waiting
-    /// for a block reservation): they wait there, as vLLM counts each dispatch at once.
+    /// for a block reservation).
     fn pick_rank(&self, ranks: &[Scheduler], handed: impl Fn(usize) -> Handed) -> usize {
         self.ranks()
-            .min_by_key(|&r| ranks[r].load_score() + 4 * handed(r).requests)
+            .min_by_key(|&r| ranks[r].load_score(handed(r).requests))
             .expect("a worker has at least one rank")
     }
 }
@@ -307,7 +307,8 @@ impl Cluster {
     /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
     /// blocks right after the G1 prefix hit are there, and that G1 can hold now, leave the queue
     /// while the blocks are onboarded (just before they would be admitted, so the blocks are
-    /// still there when they are).
+    /// still there when they are). One whose hit G1 cannot hold now is looked up again before
+    /// the next pass, as vLLM asks its connector again at every step a request waits.
     fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
         // Decode ranks take their prompts from KV transfers (and from their tiers at
         // reservation, `reserve`): a request preempted there recomputes from what G1 holds.
@@ -321,11 +322,14 @@ impl Cluster {
         self.ranks[rank].take_unchecked_heads(&mut heads);
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let i = sched.request_of(handle);
             let hit = sched.prefix_hit(i, ids);
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
+            // A request is looked up again only after G1 had no room for the hit it found:
+            // count it skipped once.
+            let again = records.g2_hit_blocks[i] + records.g3_hit_blocks[i] > 0;
             records.g1_hit_blocks[i] = hit.blocks;
             records.g2_hit_blocks[i] = k2;
             records.g3_hit_blocks[i] = k3;
@@ -333,11 +337,13 @@ impl Cluster {
                 continue;
             }
             if !sched.hold_for_onboard(handle, hit, k2 + k3) {
-                tiers.skip_onboard(rank);
+                if !again {
+                    tiers.skip_onboard(rank);
+                }
                 continue;
             }
             sched.unqueue(handle);
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
             let (g2, g3) = (&ids[g1..a], &ids[a..b]);
             tiers.start_onboard(now, rank, handle, i as u32, None, g2, g3)?;
@@ -544,10 +550,17 @@ impl Cluster {
                     }
                     _ => (0, 0, 0),
                 };
+                let prompt = workload.input_length[r];
                 let tokens = match self.sizing {
-                    TransferSizing::FullPrompt => workload.input_length[r],
+                    TransferSizing::FullPrompt => prompt,
                     TransferSizing::DestinationMissing => {
-                        workload.input_length[r] - cached - (k2 + k3) * bs
+                        // The decode rank holds the union of its G1 prefix and the tier blocks
+                        // after its last full G1 block: a radix cache's prefix can end inside
+                        // a block the tiers hold whole, so the two overlap. Both lie within
+                        // the prompt.
+                        let held = cached.max((g1 + k2 + k3) * bs);
+                        debug_assert!(held <= prompt, "{held} of {prompt} tokens held");
+                        prompt - held
                     }
                 };
                 let bytes = f64::from(tokens) * self.kv_bytes_per_token;

@@ -37,7 +37,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, priced, Engine};
+use super::{chain_decode_passes, priced, reusable_ids, reusable_tokens, Engine, Load};
+#[cfg(debug_assertions)]
+use super::{check_invariants, Audit};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::explain::RankLog;
@@ -76,7 +78,8 @@ struct Seq {
     prefilling: bool,
     in_pass: bool,
     finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while memory had no
+    /// room for the hit).
     tier_checked: bool,
     last_token_ms: f64,
 }
@@ -340,7 +343,7 @@ impl SglangScheduler {
             .iter()
             .map(|&id| {
                 let seq = &seqs[id as usize];
-                (tree.peek(seq.request, seq.target() - 1), id)
+                (tree.peek(seq.request, reusable_tokens(seq.target())), id)
             })
             .collect();
         keyed.sort_by_key(|&(prefix, _)| std::cmp::Reverse(prefix));
@@ -405,8 +408,7 @@ impl SglangScheduler {
             }
             let seq = &self.seqs[id as usize];
             let (request, target) = (seq.request, seq.target());
-            // At least one token is computed, so the pass has logits to sample from.
-            let (cached, node) = self.tree.match_prefix(request, target - 1);
+            let (cached, node) = self.tree.match_prefix(request, reusable_tokens(target));
             let extend = target - cached;
             // Memory comes in whole pages: the prompt's new tokens take `input`.
             let input = self.page_ceil(extend);
@@ -573,28 +575,6 @@ impl SglangScheduler {
             (seq.prefilling, seq.pass_tokens, seq.computed)
         }))
     }
-
-    /// The limits a pass must keep, checked after each one in debug builds: memory, running
-    /// slots, and the token accounting (requests' private tokens add up, locks match).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        assert!(self.tree.cached() + self.private <= self.capacity);
-        assert!(
-            self.seats() <= self.max_running,
-            "running {:?} chunked {:?} receiving {} onboarding {} role {:?}",
-            self.running,
-            self.chunked,
-            self.receiving,
-            self.onboarding,
-            self.role
-        );
-        // Released requests hold nothing, so every sequence can be summed.
-        let private: u64 = self.seqs.iter().map(|s| u64::from(s.private)).sum();
-        assert_eq!(
-            private, self.private,
-            "private tokens differ from the requests'"
-        );
-    }
 }
 
 impl Engine for SglangScheduler {
@@ -625,13 +605,13 @@ impl Engine for SglangScheduler {
             || self.decode_batch(records)
             // Retracting every running request frees memory a prefill can use.
             || self.prefill_batch(now, records);
+        #[cfg(debug_assertions)]
+        check_invariants(self);
         if !formed {
             return None;
         }
         self.busy = true;
         self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
         Some(self.pass_shape())
     }
 
@@ -699,6 +679,8 @@ impl Engine for SglangScheduler {
             let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
+        #[cfg(debug_assertions)]
+        check_invariants(self);
     }
 
     fn run_plain_decodes(
@@ -894,8 +876,10 @@ impl Engine for SglangScheduler {
         self.tree.lock(node);
         let end = ((hit.blocks + blocks) * self.block_size).min(prompt);
         let need = u64::from(self.page_ceil(end) - cached);
-        if !self.make_room(need) {
+        // A hold that cannot fit evicts nothing: it is tried again before later passes.
+        if self.free() + self.tree.evictable() < need {
             self.tree.unlock(node);
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -926,12 +910,19 @@ impl Engine for SglangScheduler {
         &self.ids
     }
 
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        reusable_ids(
+            self.ids.of(seq.request as usize),
+            seq.target(),
+            self.block_size,
+        )
     }
 
-    fn prefix_hit(&self, request: usize, _ids: &[BlockId]) -> PrefixHit {
-        let tokens = self.tree.peek(request as u32, u32::MAX);
+    fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit {
+        let tokens = self
+            .tree
+            .peek(request as u32, ids.len() as u32 * self.block_size);
         PrefixHit {
             blocks: tokens / self.block_size,
             // Holding a cached prefix takes no memory besides what `hold_for_onboard` checks.
@@ -951,9 +942,47 @@ impl Engine for SglangScheduler {
         self.evicted_tokens / u64::from(self.block_size)
     }
 
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding memory while their KV arrives or comes up from the
+    /// tiers, and the admitted ones: decoding, or computing their prompt (in the pass in
+    /// flight or part-way through chunked prefill).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: (self.running.len() + self.prefilling) as u64,
+        }
+    }
+
+    /// In tokens. A prefill batch takes at most `chunked_prefill_size` tokens (whole pages of
+    /// it), a decode step one token per request.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let prefill = self
+            .in_pass
+            .iter()
+            .any(|&id| self.seqs[id as usize].prefilling);
+        let budget = if prefill {
+            u64::from(self.settings.chunked_prefill_size)
+        } else {
+            self.in_pass.len() as u64
+        };
+        let (references, holders) = self.tree.lock_counts(self.seqs.iter().map(|s| s.node));
+        Audit {
+            seats: self.seats(),
+            max_seats: self.max_running,
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: Some(budget),
+            memory: self.tree.cached() + self.private,
+            capacity: self.capacity,
+            references,
+            holders,
+            held: self.private,
+            // Released requests hold nothing, so every sequence can be summed.
+            held_by_requests: self.seqs.iter().map(|s| u64::from(s.private)).sum(),
+        }
     }
 
     fn block_size(&self) -> u32 {
@@ -1062,6 +1091,16 @@ mod tests {
         fn records(&self) -> Records {
             Records::new(self.arrival.clone(), &self.input, &self.output)
         }
+
+        /// An engine of `config` that ran request 0's prefill pass (0-10 ms).
+        fn after_first_prefill(&self, config: EngineConfig) -> (SglangScheduler, Records) {
+            let mut r = self.records();
+            let mut e = self.engine(config);
+            e.enqueue(&self.workload(), 0, 0.0);
+            step(&mut e, 0.0, &mut r);
+            e.finish_pass(10.0, &mut r);
+            (e, r)
+        }
     }
 
     /// An SGLang engine of `tokens` one-token blocks.
@@ -1111,16 +1150,13 @@ mod tests {
     fn first_batch(rows: &[(u32, u32, Vec<u64>)], policy: SchedulePolicy) -> Vec<u32> {
         let rig = Rig::new(rows);
         let w = rig.workload();
-        let mut r = rig.records();
-        let mut e = rig.engine(EngineConfig {
+        // Request 0 ends (one output token); its prompt stays.
+        let (mut e, mut r) = rig.after_first_prefill(EngineConfig {
             schedule_policy: Some(policy),
             chunked_prefill_size: Some(8),
             max_prefill_tokens: Some(16),
             ..config(10_000)
         });
-        e.enqueue(&w, 0, 0.0);
-        step(&mut e, 0.0, &mut r);
-        e.finish_pass(10.0, &mut r); // request 0 ends (one output token); its prompt stays
         for i in 1..rows.len() {
             e.enqueue(&w, i, 0.0);
         }
@@ -1166,13 +1202,8 @@ mod tests {
         // its prompt plus output strictly inside 90 free - 35 = 55 tokens.
         let admitted = |b_output: u32| {
             let rig = Rig::new(&[(10, 51, vec![1, 2, 3]), (20, b_output, vec![4, 5, 6, 7, 8])]);
-            let w = rig.workload();
-            let mut r = rig.records();
-            let mut e = rig.engine(config(100));
-            e.enqueue(&w, 0, 0.0);
-            step(&mut e, 0.0, &mut r);
-            e.finish_pass(10.0, &mut r);
-            e.enqueue(&w, 1, 0.0);
+            let (mut e, mut r) = rig.after_first_prefill(config(100));
+            e.enqueue(&rig.workload(), 1, 0.0);
             step(&mut e, 10.0, &mut r);
             in_pass(&e) == [1]
         };
@@ -1288,5 +1319,32 @@ mod tests {
             ..config(100)
         });
         assert!((e.new_token_ratio() - 0.35).abs() < 1e-12);
+    }
+
+    /// One request (8-token prompt, 4 output tokens) prefilled and decoding: the pass after
+    /// its prefill is planned.
+    fn decoding() -> (SglangScheduler, Records) {
+        let (mut e, mut r) = Rig::new(&[(8, 4, vec![1, 2])]).after_first_prefill(config(100));
+        assert_eq!(step(&mut e, 10.0, &mut r), Some(1.0));
+        (e, r)
+    }
+
+    #[test]
+    #[should_panic(expected = "requests hold it")]
+    fn a_lock_no_request_holds_is_caught_when_the_pass_ends() {
+        // A stray lock on the request's cached prompt, as a request that never unlocked it.
+        let (mut e, mut r) = decoding();
+        let node = e.seqs[0].node;
+        e.tree.lock(node);
+        e.finish_pass(11.0, &mut r);
+    }
+
+    #[test]
+    #[should_panic(expected = "over a budget of 1")]
+    fn a_pass_over_its_token_budget_is_caught() {
+        // A decode step computes one token per request: two for one request is over budget.
+        let (mut e, _) = decoding();
+        e.seqs[0].pass_tokens = 2;
+        check_invariants(&e);
     }
 }

@@ -9,7 +9,9 @@ use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Ro
 use crate::explain::RankLog;
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::{chain_decode_passes, priced, Engine};
+use crate::scheduler::{chain_decode_passes, priced, reusable_ids, Engine, Load};
+#[cfg(debug_assertions)]
+use crate::scheduler::{check_invariants, Audit};
 use crate::timing::{Lockstep, PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -35,8 +37,8 @@ pub(super) struct Seq {
     /// Tokens scheduled in the current pass.
     pub(super) pass_tokens: u32,
     pub(super) finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
-    /// from what G1 still holds).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while G1 had no room for
+    /// the hit: a preempted request recomputes from what G1 still holds).
     pub(super) tier_checked: bool,
     pub(super) last_token_ms: f64,
     /// When the request reached this rank's queue, or its running batch from a KV transfer
@@ -282,57 +284,6 @@ impl VllmScheduler {
         }
     }
 
-    /// The limits a pass must keep, checked when each is planned and when it ends in debug
-    /// builds: sequence slots, the token budget, the cache's capacity, and the block accounting
-    /// (each cached block's reference count equals the requests whose slot lists hold it, and
-    /// the active blocks are those plus the private ones).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        let max = self.config.max_num_seqs as usize;
-        assert!(
-            self.seqs_in_use() <= max,
-            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
-            self.running.len(),
-            self.receiving,
-            self.onboarding
-        );
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
-        // An unchunked prompt larger than the budget runs alone rather than never.
-        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
-        assert!(
-            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
-            "{tokens} tokens scheduled over a budget of {}",
-            self.config.max_num_batched_tokens
-        );
-        let cache = &self.cache;
-        assert!(cache.active() + cache.inactive() <= cache.capacity());
-        let refcounts = cache.refcounts();
-        let mut held = vec![0u32; refcounts.len()];
-        let mut private = 0u64;
-        for q in &self.seqs {
-            for &slot in &q.slots {
-                held[slot as usize] += 1;
-            }
-            private += u64::from(q.private);
-        }
-        if let Some(slot) = (0..held.len()).find(|&k| held[k] != refcounts[k]) {
-            panic!(
-                "block slot {slot}: {} references in the cache, {} requests hold it",
-                refcounts[slot], held[slot]
-            );
-        }
-        let named = refcounts.iter().filter(|&&r| r > 0).count() as u64;
-        assert_eq!(
-            named + private,
-            u64::from(cache.active()),
-            "active blocks differ from the named and private blocks requests hold"
-        );
-    }
-
     /// Release running request `running[vi]` and send it back to the front of the queue to be
     /// recomputed.
     /// 0 when the blocks of a request's last token count toward what it must be able to hold
@@ -469,10 +420,9 @@ impl VllmScheduler {
     /// new blocks for them; `None` when the pass has no room for it (an unchunked prompt larger
     /// than the budget runs alone, rather than never).
     pub(super) fn head_chunk(&self, id: u32, budget: u32) -> Option<Head> {
-        let seq = &self.seqs[id as usize];
-        let hit = self.cache.lookup(self.ids.of(seq.request as usize));
-        let target = seq.target();
-        let cached = (hit.blocks * self.config.block_size).min(target);
+        let target = self.seqs[id as usize].target();
+        let hit = self.cache.lookup(self.reusable_ids(id));
+        let cached = hit.blocks * self.config.block_size;
         let remaining = target - cached;
         let tokens = if remaining <= budget {
             remaining
@@ -526,8 +476,6 @@ impl VllmScheduler {
         self.busy = true;
         self.passes += 1;
         self.last_pass = (now, f64::NAN);
-        #[cfg(debug_assertions)]
-        self.check_invariants();
         Some(self.pass_shape())
     }
 }
@@ -609,9 +557,10 @@ impl Engine for VllmScheduler {
         &self.ids
     }
 
-    /// The identities of the full prompt blocks of prepared request `handle`.
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        let ids = self.ids.of(seq.request as usize);
+        reusable_ids(ids, seq.target(), self.config.block_size)
     }
 
     /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
@@ -647,12 +596,14 @@ impl Engine for VllmScheduler {
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
     /// private blocks for the following prompt blocks that come up from G2/G3 (as
     /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now
-    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside).
+    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside): the
+    /// request is then looked up again before a later pass.
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
-        if self.cache.available() < hit.inactive + blocks {
-            return false;
-        }
-        if self.no_evict() && u64::from(hit.inactive + blocks) > self.unreserved_blocks() {
+        let need = hit.inactive + blocks;
+        if self.cache.available() < need
+            || (self.no_evict() && u64::from(need) > self.unreserved_blocks())
+        {
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -700,7 +651,8 @@ impl Engine for VllmScheduler {
             return None;
         }
         let id = self.new_seq(workload, i);
-        self.seqs[id as usize].hold(&mut self.cache, self.ids.of(i), hit, need);
+        let seq = &mut self.seqs[id as usize];
+        seq.hold(&mut self.cache, self.ids.of(i), hit, need);
         self.receiving += 1;
         if no_evict {
             self.receiving_reserved += self.blocks_to_completion(id);
@@ -745,12 +697,46 @@ impl Engine for VllmScheduler {
         }
     }
 
-    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
-    /// (vllm/v1/engine/core_client.py): requests holding blocks while their KV arrives or comes
-    /// up from the tiers count as waiting, as vLLM keeps them in its waiting queues.
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize + self.onboarding as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding blocks while their KV arrives or comes up from the
+    /// tiers, and the running ones (prefilling or decoding).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: self.running.len() as u64,
+        }
+    }
+
+    /// In blocks. An unchunked prompt larger than the budget runs alone rather than never.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
+        let cache = &self.cache;
+        let references = cache.refcounts();
+        let mut holders = vec![0u32; references.len()];
+        let mut private = 0u64;
+        for q in &self.seqs {
+            for &slot in &q.slots {
+                holders[slot as usize] += 1;
+            }
+            private += u64::from(q.private);
+        }
+        let named = holders.iter().filter(|&&n| n > 0).count() as u64;
+        Audit {
+            seats: self.seqs_in_use(),
+            max_seats: self.config.max_num_seqs as usize,
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: (!alone).then_some(u64::from(self.config.max_num_batched_tokens)),
+            memory: u64::from(cache.active() + cache.inactive()),
+            capacity: u64::from(cache.capacity()),
+            references,
+            holders,
+            held: u64::from(cache.active()),
+            held_by_requests: named + private,
+        }
     }
 
     /// Blocks the queue will need: waiting requests' prompts (and recomputed tokens).
@@ -837,7 +823,10 @@ impl Engine for VllmScheduler {
             }
             Planner::Trtllm(capacity) => self.plan_trtllm(capacity, now, records),
         }
-        self.launch(now)
+        let shape = self.launch(now);
+        #[cfg(debug_assertions)]
+        check_invariants(self);
+        shape
     }
 
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass
@@ -960,7 +949,7 @@ impl Engine for VllmScheduler {
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
         #[cfg(debug_assertions)]
-        self.check_invariants();
+        check_invariants(self);
     }
 }
 
@@ -1000,7 +989,7 @@ mod tests {
 
     #[test]
     fn consistent_block_accounting_passes_the_check() {
-        two_running().check_invariants();
+        check_invariants(&two_running());
     }
 
     #[test]
@@ -1011,6 +1000,6 @@ mod tests {
         // add up (4 slots held, 4 references), but two slots are now miscounted.
         let other = rank.seqs[1].slots[0];
         rank.seqs[0].slots[0] = other;
-        rank.check_invariants();
+        check_invariants(&rank);
     }
 }

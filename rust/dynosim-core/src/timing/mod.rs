@@ -612,7 +612,8 @@ mod tests {
         two.add_chunk(300, 400);
         let want = 50.0 + 4.4 * 170_200.0 / 120_200.0;
         assert!((t.pass_ms(&two) - want).abs() < 1e-9, "{}", t.pass_ms(&two));
-        // A fully cached prompt computes nothing: its pass is free.
+        // A chunk of no new tokens computes nothing: its pass is free (no engine flavour
+        // plans one: a pass computes at least a request's last token).
         let mut cached = PassShape::default();
         cached.add_chunk(0, 4096);
         assert_eq!(t.pass_ms(&cached), 0.0);

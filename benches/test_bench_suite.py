@@ -118,16 +118,25 @@ def test_table_timing(benchmark, conversation, mode):
     benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
 
 
-@pytest.fixture(scope="session")
-def aic_timing(tmp_path_factory) -> dict:
-    """Qwen3-32B on h200_sxm with trtllm at TP1, AIC's operator tables (built once)."""
+def _aic_tables(tmp_path_factory, backend: str) -> dict:
+    """Qwen3-32B on h200_sxm with ``backend`` at TP1, AIC's operator tables (built once)."""
     pytest.importorskip("aiconfigurator_core")
     from dynosim.aic import aic_table_timing
     from dynosim.config import AicTiming
 
-    spec = AicTiming(model_name="Qwen/Qwen3-32B", system="h200_sxm", backend="trtllm")
+    spec = AicTiming(model_name="Qwen/Qwen3-32B", system="h200_sxm", backend=backend)
     tables, _ = aic_table_timing(spec, cache_dir=tmp_path_factory.mktemp("aic"))
     return tables.model_dump()
+
+
+@pytest.fixture(scope="session")
+def aic_timing(tmp_path_factory) -> dict:
+    return _aic_tables(tmp_path_factory, "trtllm")
+
+
+@pytest.fixture(scope="session")
+def aic_vllm_timing(tmp_path_factory) -> dict:
+    return _aic_tables(tmp_path_factory, "vllm")
 
 
 def test_aic_operator_tables(benchmark, conversation, aic_timing):
@@ -138,18 +147,6 @@ def test_aic_operator_tables(benchmark, conversation, aic_timing):
     s = report.summary
     assert s["completed_requests"] + s["rejected_requests"] == len(conversation)
     benchmark.extra_info.update(passes=s["num_passes"], ttft_mean_ms=s["ttft_ms"]["mean"])
-
-
-@pytest.fixture(scope="session")
-def aic_vllm_timing(tmp_path_factory) -> dict:
-    """Qwen3-32B on h200_sxm with vllm at TP1, AIC's operator tables (built once)."""
-    pytest.importorskip("aiconfigurator_core")
-    from dynosim.aic import aic_table_timing
-    from dynosim.config import AicTiming
-
-    spec = AicTiming(model_name="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm")
-    tables, _ = aic_table_timing(spec, cache_dir=tmp_path_factory.mktemp("aic"))
-    return tables.model_dump()
 
 
 @pytest.mark.parametrize("explain", [False, True], ids=["plain", "explained"])

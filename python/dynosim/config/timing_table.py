@@ -19,21 +19,27 @@ from dynosim.config.models import (
 from dynosim.errors import ConfigError
 
 
+def _read_npz(path: Path, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """The float64 arrays ``names`` of the .npz file ``path`` (a ``what``); ConfigError names
+    the file and what is missing or unreadable."""
+    data = io.BytesIO(read_input(path, ConfigError, what))
+    try:
+        with np.load(data, allow_pickle=False) as npz:
+            missing = [name for name in names if name not in npz.files]
+            if missing:
+                raise ConfigError(
+                    f"{path}: a {what} lacks arrays {', '.join(missing)} "
+                    f"(found {', '.join(npz.files) or 'none'})"
+                )
+            return {name: np.asarray(npz[name], dtype=np.float64) for name in names}
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"{path}: cannot read the {what}: {e}") from None
+
+
 def load_timing_table(path: str | Path) -> TableTiming:
     """A TableTiming from an .npz file holding the arrays named in ``TABLE_ARRAYS``."""
     path = Path(path)
-    data = io.BytesIO(read_input(path, ConfigError, "timing table"))
-    try:
-        with np.load(data, allow_pickle=False) as npz:
-            missing = [name for name in TABLE_ARRAYS if name not in npz.files]
-            if missing:
-                raise ConfigError(
-                    f"{path}: timing table lacks arrays {', '.join(missing)} "
-                    f"(found {', '.join(npz.files) or 'none'})"
-                )
-            arrays = {name: npz[name] for name in TABLE_ARRAYS}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read the timing table: {e}") from None
+    arrays = _read_npz(path, TABLE_ARRAYS, "timing table")
     try:
         table = TableTiming(**arrays)
         # The core's value rules (increasing axes, finite latencies) too, while the file is known.
@@ -61,18 +67,7 @@ def load_mixed_decode_profile(path: str | Path) -> dict[str, np.ndarray]:
     Returns the arrays by name; ConfigError names the file and what is wrong.
     """
     path = Path(path)
-    data = io.BytesIO(read_input(path, ConfigError, "mixed decode profile"))
-    try:
-        with np.load(data, allow_pickle=False) as npz:
-            missing = [name for name in MIXED_DECODE_ARRAYS if name not in npz.files]
-            if missing:
-                raise ConfigError(
-                    f"{path}: a mixed decode profile lacks arrays {', '.join(missing)} "
-                    f"(found {', '.join(npz.files) or 'none'})"
-                )
-            arrays = {name: np.asarray(npz[name], dtype=np.float64) for name in MIXED_DECODE_ARRAYS}
-    except (OSError, ValueError, TypeError) as e:
-        raise ConfigError(f"{path}: cannot read the mixed decode profile: {e}") from None
+    arrays = _read_npz(path, MIXED_DECODE_ARRAYS, "mixed decode profile")
     axes = MIXED_DECODE_ARRAYS[:4]
     shape = tuple(arrays[a].size for a in axes)
     for a in axes:

@@ -30,9 +30,6 @@ pub trait Engine {
     fn enqueue(&mut self, workload: &Workload, i: usize, now: f64);
     /// Plan the next pass at `now` and start it: its shape, or `None` when nothing could run.
     fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape>;
-    /// The duration (ms) of the pass `start_pass` started at `now` with `shape`, its worker's
-    /// data-parallel ranks passing in `lockstep` (`None`: a worker of one rank).
-    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64;
     /// End the pass at `now`: emit tokens, finish requests, free their memory.
     fn finish_pass(&mut self, now: f64, records: &mut Records);
     /// Chain plain decode passes without the event loop (see the vLLM flavour); returns the end
@@ -109,21 +106,51 @@ pub trait Engine {
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
 
+    /// How this rank prices its passes.
+    fn pricing(&self) -> &Pricing;
+    fn pricing_mut(&mut self) -> &mut Pricing;
+
     /// The step-time model pricing this rank's passes.
-    fn timer(&self) -> &StepTimer;
-    /// Explained replays: this rank's log of passes (`None` unless [`Engine::explain`]).
-    fn log(&self) -> Option<&RankLog>;
-    fn log_mut(&mut self) -> &mut Option<Box<RankLog>>;
+    fn timer(&self) -> &StepTimer {
+        &self.pricing().timer
+    }
+
+    /// The duration (ms) of the pass `start_pass` started at `now` with `shape`, its worker's
+    /// data-parallel ranks passing in `lockstep` (`None`: a worker of one rank).
+    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64 {
+        let p = self.pricing_mut();
+        priced(&p.timer, p.log.as_deref_mut(), shape, lockstep, now)
+    }
 
     /// Keep a log of this rank's passes (an explained replay).
     fn explain(&mut self) {
-        let log = RankLog::new(self.timer());
-        *self.log_mut() = Some(Box::new(log));
+        let p = self.pricing_mut();
+        p.log = Some(Box::new(RankLog::new(&p.timer)));
     }
 
     /// An explained replay: this rank's passes by kind.
     fn explained(&self) -> Option<BTreeMap<&'static str, KindSummary>> {
-        self.log().map(|log| log.summarise(self.timer()))
+        let p = self.pricing();
+        p.log.as_ref().map(|log| log.summarise(&p.timer))
+    }
+}
+
+/// How a rank prices its passes: its step-time model, and the log of its passes an explained
+/// replay keeps.
+#[derive(Debug, Clone)]
+pub struct Pricing {
+    pub timer: StepTimer,
+    pub log: Option<Box<RankLog>>,
+}
+
+impl Pricing {
+    pub fn new(timer: StepTimer) -> Self {
+        Pricing { timer, log: None }
+    }
+
+    /// When the pass in flight started (ms), in an explained replay.
+    pub fn pass_start_ms(&self) -> Option<f64> {
+        self.log.as_ref().map(|log| log.pass_start_ms)
     }
 }
 

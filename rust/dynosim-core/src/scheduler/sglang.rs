@@ -37,16 +37,15 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, priced, reusable_ids, reusable_tokens, Engine, Load};
+use super::{chain_decode_passes, reusable_ids, reusable_tokens, Engine, Load, Pricing};
 #[cfg(debug_assertions)]
 use super::{check_invariants, Audit};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
-use crate::explain::RankLog;
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::{Lockstep, PassShape, StepTimer};
+use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
 /// Free tokens per running request that a retraction restores (SGLang's
@@ -103,7 +102,7 @@ pub struct SglangScheduler {
     capacity: u64,
     tree: RadixCache,
     ids: Arc<BlockIds>,
-    timer: StepTimer,
+    pricing: Pricing,
     seqs: Vec<Seq>,
     spare: Vec<u32>,
     waiting: VecDeque<u32>,
@@ -133,8 +132,6 @@ pub struct SglangScheduler {
     busy: bool,
     passes: u64,
     retractions: u64,
-    /// An explained replay's log of this rank's passes.
-    log: Option<Box<RankLog>>,
 }
 
 impl SglangScheduler {
@@ -158,7 +155,7 @@ impl SglangScheduler {
             capacity: u64::from(config.num_gpu_blocks) * u64::from(block_size),
             tree: RadixCache::new(chains, settings.page_size),
             ids,
-            timer,
+            pricing: Pricing::new(timer),
             seqs: Vec::new(),
             spare: Vec::new(),
             waiting: VecDeque::new(),
@@ -181,7 +178,6 @@ impl SglangScheduler {
             busy: false,
             passes: 0,
             retractions: 0,
-            log: None,
         }
     }
 
@@ -615,15 +611,11 @@ impl Engine for SglangScheduler {
         Some(self.pass_shape())
     }
 
-    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64 {
-        priced(&self.timer, self.log.as_deref_mut(), shape, lockstep, now)
-    }
-
     fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
         let in_pass = std::mem::take(&mut self.in_pass);
         let mut any_left = false;
-        let pass_start = self.log.as_ref().map(|log| log.pass_start_ms);
+        let pass_start = self.pricing.pass_start_ms();
         for &id in &in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
@@ -741,8 +733,8 @@ impl Engine for SglangScheduler {
         }
         let shape = self.pass_shape();
         let (prev, end, passes) = chain_decode_passes(
-            &self.timer,
-            self.log.as_deref_mut(),
+            &self.pricing.timer,
+            self.pricing.log.as_deref_mut(),
             shape,
             (start, end, horizon),
             plain,
@@ -1009,16 +1001,12 @@ impl Engine for SglangScheduler {
         self.passes
     }
 
-    fn timer(&self) -> &StepTimer {
-        &self.timer
+    fn pricing(&self) -> &Pricing {
+        &self.pricing
     }
 
-    fn log(&self) -> Option<&RankLog> {
-        self.log.as_deref()
-    }
-
-    fn log_mut(&mut self) -> &mut Option<Box<RankLog>> {
-        &mut self.log
+    fn pricing_mut(&mut self) -> &mut Pricing {
+        &mut self.pricing
     }
 
     fn preemptions(&self) -> u64 {

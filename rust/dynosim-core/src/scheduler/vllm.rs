@@ -6,13 +6,12 @@ use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
-use crate::explain::RankLog;
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::{chain_decode_passes, priced, reusable_ids, Engine, Load};
+use crate::scheduler::{chain_decode_passes, reusable_ids, Engine, Load, Pricing};
 #[cfg(debug_assertions)]
 use crate::scheduler::{check_invariants, Audit};
-use crate::timing::{Lockstep, PassShape, StepTimer};
+use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
 /// A request inside one worker.
@@ -134,7 +133,7 @@ pub struct VllmScheduler {
     pub(super) cache: KvCache,
     /// Prompt block identities of every request at this rank's block size.
     pub(super) ids: Arc<BlockIds>,
-    pub(super) timer: StepTimer,
+    pub(super) pricing: Pricing,
     pub(super) seqs: Vec<Seq>,
     pub(super) spare: Vec<u32>,
     pub(super) waiting: VecDeque<u32>,
@@ -159,8 +158,6 @@ pub struct VllmScheduler {
     pub(super) busy: bool,
     pub(super) passes: u64,
     pub(super) preemptions: u64,
-    /// An explained replay's log of this rank's passes.
-    pub(super) log: Option<Box<RankLog>>,
     /// When this rank's last pass started and ended (ms): with async scheduling the pass
     /// after it was formed when it started.
     pub(super) last_pass: (f64, f64),
@@ -205,7 +202,7 @@ impl VllmScheduler {
             cache: KvCache::new(config.num_gpu_blocks, ids.end()),
             ids,
             config,
-            timer,
+            pricing: Pricing::new(timer),
             seqs: Vec::new(),
             spare: Vec::new(),
             waiting: VecDeque::new(),
@@ -221,7 +218,6 @@ impl VllmScheduler {
             busy: false,
             passes: 0,
             preemptions: 0,
-            log: None,
             last_pass: (f64::NAN, f64::NAN),
         }
     }
@@ -785,25 +781,17 @@ impl Engine for VllmScheduler {
         self.preemptions
     }
 
-    fn timer(&self) -> &StepTimer {
-        &self.timer
+    fn pricing(&self) -> &Pricing {
+        &self.pricing
     }
 
-    fn log(&self) -> Option<&RankLog> {
-        self.log.as_deref()
-    }
-
-    fn log_mut(&mut self) -> &mut Option<Box<RankLog>> {
-        &mut self.log
+    fn pricing_mut(&mut self) -> &mut Pricing {
+        &mut self.pricing
     }
 
     /// Plan the next pass at `now`: running requests spend the token budget first, then waiting
-    /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass
-    /// duration (ms), or `None` when nothing could be scheduled.
-    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64 {
-        priced(&self.timer, self.log.as_deref_mut(), shape, lockstep, now)
-    }
-
+    /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass's
+    /// shape, or `None` when nothing could be scheduled.
     fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         match self.config.planner {
@@ -875,8 +863,8 @@ impl Engine for VllmScheduler {
         }
         let shape = self.pass_shape();
         let (prev, end, passes) = chain_decode_passes(
-            &self.timer,
-            self.log.as_deref_mut(),
+            &self.pricing.timer,
+            self.pricing.log.as_deref_mut(),
             shape,
             (start, end, horizon),
             plain,
@@ -901,7 +889,7 @@ impl Engine for VllmScheduler {
         self.busy = false;
         self.last_pass.1 = now;
         let mut any_left = false;
-        let pass_start = self.log.as_ref().map(|log| log.pass_start_ms);
+        let pass_start = self.pricing.pass_start_ms();
         for &id in &self.in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;

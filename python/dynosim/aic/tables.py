@@ -343,8 +343,9 @@ def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[st
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"key": json.loads(target.key()), "tiers": tiers}, sort_keys=True)
     arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in OP_TABLE_ARRAYS}
-    # Written beside, then renamed: a concurrent run never reads a half-written file.
-    write_npz(path, {**arrays, "aic_meta": np.array(meta)})
+    # Written beside, then renamed: a concurrent run never reads a half-written file. The cache
+    # is dynosim's own directory: a link planted there is replaced, not followed.
+    write_npz(path, {**arrays, "aic_meta": np.array(meta)}, fresh=True)
 
 
 def _read_cache(path: Path, target: AicTarget) -> OpTables | None:

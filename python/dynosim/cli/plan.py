@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import make_dirs
+from dynosim._files import make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     UsageError,
@@ -110,11 +110,13 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtraError as e:
         raise missing_extra_is_bad_input(e) from None
     make_dirs(out)
-    result.replays.to_csv(out / "replays.csv")
-    result.pareto.to_csv(out / "pareto.csv")
+    # Files of the output directory are created fresh: a link planted there is replaced.
+    write_atomic(out / "replays.csv", result.replays.csv_text(), fresh=True)
+    write_atomic(out / "pareto.csv", result.pareto.csv_text(), fresh=True)
     if plot:
         title = f"dynosim plan of {source}: {args.model} on {args.system}"
-        pareto_page(result.replays, result.pick, title, out / "pareto.html", result.pareto.rows)
+        page = pareto_page(result.replays, result.pick, title, front=result.pareto.rows)
+        write_atomic(out / "pareto.html", page, fresh=True)
     console = wide_console()
     console.print(
         f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "

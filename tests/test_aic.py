@@ -374,7 +374,7 @@ def test_moe_layouts_split_the_experts(aic_cache):
         ),
         (
             {"backend_version": "0.18.0"},
-            r"no vllm version '0.18.0' .*measurements: .*0.19.0, 0.24.0",
+            r'no vllm version "0.18.0" .*measurements: .*0.19.0, 0.24.0',
         ),
     ],
 )
@@ -462,7 +462,7 @@ def no_engine(monkeypatch):
         ({"model_name": "Foo/Bar"}, r"no model 'Foo/Bar'; supported models: .*Qwen/Qwen3-32B"),
         ({"system": "h999"}, r"system 'h999' is unknown to AIC; systems with data: .*h200_sxm"),
         ({"system": "h100_pcie"}, r"'h100_pcie' has a spec but no performance data"),
-        ({"system": "b60"}, r"no trtllm data for system 'b60'; backends there: vllm"),
+        ({"system": "b60"}, r'no trtllm data for system "b60"; backends there: vllm'),
         ({"backend_version": "9.9"}, r"no trtllm version '9.9' .*measurements: .*1.3.0rc20"),
         ({"backend_version": "previous"}, r"version 'previous' .*aliases: current=1.3.0rc20"),
         ({"tp": 16}, r"no all-reduce measurement over 16 GPUs .*measured: 1, 2, 4, 8"),

@@ -253,7 +253,7 @@ def test_kv_capacity_on_an_aic_system(tmp_path):
 
 @needs_aic
 def test_kv_capacity_errors():
-    with pytest.raises(ConfigError, match=r"AIC has no system 'h999'; systems: .*h200_sxm"):
+    with pytest.raises(ConfigError, match=r'AIC has no system "h999"; systems: .*h200_sxm'):
         estimate_kv_capacity("Qwen/Qwen3-32B", "h999")
     # DeepSeek-V3 (fp8, 705.8 GB of weights) on one H200.
     with pytest.raises(ConfigError, match=r"does not fit: 705.762 GB of weights per GPU"):

@@ -218,7 +218,7 @@ def test_unset_engine_settings_read_their_flavours_defaults_from_the_core():
 def test_bad_config_file(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("engine: [1, 2\n")
-    with pytest.raises(ConfigError, match=r"c\.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"c\.yaml: line 2, column 1: not valid YAML"):
         dynosim.load_config(bad)
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         dynosim.load_config(tmp_path / "missing.yaml")

@@ -15,6 +15,7 @@ import numpy as np
 
 from dynosim import _core
 from dynosim._files import read_input
+from dynosim._validation import shown
 from dynosim.errors import ReportError
 
 if TYPE_CHECKING:
@@ -142,12 +143,12 @@ class Report:
             )
         form = data["format"]
         if not isinstance(form, dict) or form.get("name") != REPORT_FORMAT:
-            raise ReportError(f"{where}: not a dynosim report (format {form!r})")
+            raise ReportError(f"{where}: not a dynosim report (format {shown(form)})")
         if form.get("version") != REPORT_VERSION:
             made = data.get("provenance") or {}
             by = made.get("dynosim_version", "unknown") if isinstance(made, dict) else "unknown"
             raise ReportError(
-                f"{where}: a report of format version {form.get('version')!r} (dynosim {by}); "
+                f"{where}: a report of format version {shown(form.get('version'))} (dynosim {by}); "
                 f"this dynosim reads version {REPORT_VERSION}: replay the trace again to get a "
                 "current report"
             )

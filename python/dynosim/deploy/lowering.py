@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dynosim._validation import shown
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload import SyntheticWorkload, TraceWorkload
 
@@ -44,7 +45,7 @@ def _as_workload(workload: Any) -> TraceWorkload | SyntheticWorkload:
             return TraceWorkload(**data)
         if kind == "synthetic":
             return SyntheticWorkload(**data)
-        raise WorkloadError(f"workload.kind: expected 'trace' or 'synthetic', got {kind!r}")
+        raise WorkloadError(f"workload.kind: expected 'trace' or 'synthetic', got {shown(kind)}")
     raise WorkloadError(
         "workload: expected a TraceWorkload, a SyntheticWorkload or a mapping with a kind, "
         f"got {type(workload).__name__}"

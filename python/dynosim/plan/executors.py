@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynosim import _core, _dependencies
+from dynosim._validation import shown
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.workload import TraceColumns
 from dynosim.workload.prepared import PreparedWorkload
@@ -100,7 +101,7 @@ class Runner:
 
     def __init__(self, columns: TraceColumns, executor: Any = None, jobs: int | None = None):
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-            raise ConfigError(f"jobs: expected a positive integer, got {jobs!r}")
+            raise ConfigError(f"jobs: expected a positive integer, got {shown(jobs)}")
         self.columns = columns
         self.token = uuid.uuid4().hex
         self._ray: Any = None
@@ -122,7 +123,7 @@ class Runner:
         if name not in NAMED:
             raise ConfigError(
                 f"executor: expected one of {', '.join(NAMED)} or a concurrent.futures.Executor, "
-                f"got {executor!r}"
+                f"got {shown(executor)}"
             )
         self.jobs = jobs or os.cpu_count() or 1
         if name == "threads":

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
+from dynosim._documents import DocumentError, yaml_document
 from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.config import SimConfig
@@ -53,14 +53,14 @@ def check_path(path: str) -> None:
         where = ".".join(parts[:i])
         if not models:
             raise ConfigError(
-                f"space: unknown path {path!r}: {where} is a value, not a section with keys"
+                f"space: unknown path {shown(path)}: {where} is a value, not a section with keys"
             )
         fields = {name: f for m in models for name, f in m.model_fields.items()}
         if part not in fields:
             allowed = ", ".join(sorted(fields))
-            section = f"section {where!r}" if where else "the configuration"
+            section = f"section {shown(where)}" if where else "the configuration"
             raise ConfigError(
-                f"space: unknown path {path!r}: {section} has no key {part!r}; "
+                f"space: unknown path {shown(path)}: {section} has no key {shown(part)}; "
                 f"allowed keys: {allowed}"
             )
         models = _models(fields[part].annotation)
@@ -192,9 +192,11 @@ class Space:
         path = Path(path)
         text = read_input(path, ConfigError, "space", max_line=MAX_LINE_BYTES)
         try:
-            data = yaml.safe_load(text.decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+            data = yaml_document(text.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+        except DocumentError as e:
+            raise ConfigError(f"{path}: {e}") from None
         if not isinstance(data, Mapping) or not data:
             raise ConfigError(f"{path}: a space must be a mapping of path -> list of values")
         try:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
-from dynosim.workload.reading import arrival_order, decode_text, token_count
+from dynosim.workload.reading import TOKENS_EXPECTED, arrival_order, decode_text, token_count
 
 _AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 # numpy's datetime parser also takes "NaT", "now", "today" and zone suffixes; allow only plain
@@ -22,8 +23,10 @@ def _azure_count(where: str, key: str, text: str) -> int:
     # isdigit() alone accepts non-ASCII digits, and int() alone accepts "+5", " 5" and "1_0".
     if not (text.isascii() and text.isdigit()):
         raise WorkloadError(
-            f"{where}: field {key!r}: expected a non-negative integer, got {text!r}"
+            f"{where}: field {key!r}: expected a non-negative integer, got {shown(text)}"
         )
+    if len(text) > 10:  # past 2**32 - 1, and maybe past the digits int() converts
+        raise WorkloadError(f"{where}: field {key!r}: {TOKENS_EXPECTED}, got {shown(text)}")
     return token_count(where, key, int(text))
 
 
@@ -54,7 +57,7 @@ def read_azure(path: Path, data: bytes, trace_block_size: int) -> TraceColumns:
         if not _AZURE_TIME.fullmatch(stamp):
             raise WorkloadError(
                 f"{where}: field 'TIMESTAMP': expected a datetime like "
-                f"'2023-11-16 18:15:46.6805900', got {stamp!r}"
+                f"'2023-11-16 18:15:46.6805900', got {shown(stamp)}"
             )
         times.append(stamp)
         inputs.append(_azure_count(where, "ContextTokens", context))
@@ -73,7 +76,7 @@ def read_azure(path: Path, data: bytes, trace_block_size: int) -> TraceColumns:
             except ValueError as exc:
                 raise WorkloadError(
                     f"{path}:{lineno}: field 'TIMESTAMP': not a valid datetime ({exc}), "
-                    f"got {stamp!r}"
+                    f"got {shown(stamp)}"
                 ) from exc
         raise
     order = arrival_order(path, ns, line_numbers)

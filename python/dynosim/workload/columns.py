@@ -10,6 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from dynosim import _core
+from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 
 
@@ -53,7 +54,7 @@ class TraceColumns:
         bs = self.trace_block_size
         if isinstance(bs, bool) or not isinstance(bs, int) or not 0 < bs < 2**32:
             raise WorkloadError(
-                f"TraceColumns.trace_block_size: expected a positive integer, got {bs!r}"
+                f"TraceColumns.trace_block_size: expected a positive integer, got {shown(bs)}"
             )
         for name, dtype in (
             ("arrival_ms", np.float64),

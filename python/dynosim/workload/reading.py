@@ -62,10 +62,12 @@ def token_count(where: str, key: str, value: Any) -> int:
             f"{where}: field {key!r}: expected a non-negative integer, got {shown(value, 80)}"
         )
     if value == 0 or value >= MAX_LENGTH:
-        raise WorkloadError(
-            f"{where}: field {key!r}: expected between 1 and 2**32 - 1 tokens, got {value}"
-        )
+        raise WorkloadError(f"{where}: field {key!r}: {TOKENS_EXPECTED}, got {shown(value)}")
     return value
+
+
+#: What a token count must be, as messages say it.
+TOKENS_EXPECTED = "expected between 1 and 2**32 - 1 tokens"
 
 
 def arrival_order(path: Path, times: np.ndarray, line_numbers: Any) -> np.ndarray:
@@ -110,6 +112,7 @@ def naming_lines(path: Path, line_numbers: Any) -> Iterator[None]:
 
 __all__ = [
     "MAX_LENGTH",
+    "TOKENS_EXPECTED",
     "arrival_order",
     "csr_take",
     "decode_text",

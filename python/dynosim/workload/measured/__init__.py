@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, get_args
 
+from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.measured.aiperf import read_aiperf
 from dynosim.workload.measured.run import MeasuredFormat, MeasuredRun
@@ -87,7 +88,7 @@ def load_measured(
         format = detect_format(path)
     if format not in MEASURED_FORMATS:
         raise WorkloadError(
-            f"unknown measured format {format!r}; choose one of {', '.join(MEASURED_FORMATS)}"
+            f"unknown measured format {shown(format)}; choose one of {', '.join(MEASURED_FORMATS)}"
         )
     if format == "aiperf":
         if seed is not None:

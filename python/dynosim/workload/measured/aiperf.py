@@ -83,7 +83,7 @@ def _scale_to_ms(where: str, tag: str, unit: str | None) -> float:
     if unit not in _TO_MS:
         raise WorkloadError(
             f"{where}: field 'metrics.{tag}.unit': expected a time unit "
-            f"({', '.join(_TO_MS)}), got {unit!r}"
+            f"({', '.join(_TO_MS)}), got {shown(unit)}"
         )
     return _TO_MS[unit]
 
@@ -96,7 +96,9 @@ def _time_ms(where: str, metrics: dict[str, Any], tag: str) -> float:
 def _tokens(where: str, metrics: dict[str, Any], tag: str) -> int:
     value, unit, field = _metric(where, metrics, tag)
     if unit not in (None, "tokens"):
-        raise WorkloadError(f"{where}: field 'metrics.{tag}.unit': expected 'tokens', got {unit!r}")
+        raise WorkloadError(
+            f"{where}: field 'metrics.{tag}.unit': expected 'tokens', got {shown(unit)}"
+        )
     return token_count(where, field, value)
 
 
@@ -127,7 +129,8 @@ def _start_ns(where: str, metadata: dict[str, Any], metrics: dict[str, Any]) -> 
         value, unit, field = _metric(where, metrics, "min_request_timestamp")
         if unit not in (None, "ns"):
             raise WorkloadError(
-                f"{where}: field 'metrics.min_request_timestamp.unit': expected 'ns', got {unit!r}"
+                f"{where}: field 'metrics.min_request_timestamp.unit': expected 'ns', got "
+                f"{shown(unit)}"
             )
     if type(value) is not int or value < 0:
         raise WorkloadError(

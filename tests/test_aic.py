@@ -459,12 +459,12 @@ def no_engine(monkeypatch):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model_name": "Foo/Bar"}, r"no model 'Foo/Bar'; supported models: .*Qwen/Qwen3-32B"),
-        ({"system": "h999"}, r"system 'h999' is unknown to AIC; systems with data: .*h200_sxm"),
-        ({"system": "h100_pcie"}, r"'h100_pcie' has a spec but no performance data"),
+        ({"model_name": "Foo/Bar"}, r'no model "Foo/Bar"; supported models: .*Qwen/Qwen3-32B'),
+        ({"system": "h999"}, r'system "h999" is unknown to AIC; systems with data: .*h200_sxm'),
+        ({"system": "h100_pcie"}, r'"h100_pcie" has a spec but no performance data'),
         ({"system": "b60"}, r'no trtllm data for system "b60"; backends there: vllm'),
-        ({"backend_version": "9.9"}, r"no trtllm version '9.9' .*measurements: .*1.3.0rc20"),
-        ({"backend_version": "previous"}, r"version 'previous' .*aliases: current=1.3.0rc20"),
+        ({"backend_version": "9.9"}, r'no trtllm version "9.9" .*measurements: .*1.3.0rc20'),
+        ({"backend_version": "previous"}, r'version "previous" .*aliases: current=1.3.0rc20'),
         ({"tp": 16}, r"no all-reduce measurement over 16 GPUs .*measured: 1, 2, 4, 8"),
         ({"tp": 3}, r"over 3 GPUs .*measured: 1, 2, 4, 8"),
     ],
@@ -499,6 +499,7 @@ def test_version_aliases_resolve_to_a_version(tmp_path):
 @needs_aic
 def test_aic_sections_become_tables(aic_cache, qwen_table):
     config = {
+        "cluster": {"mode": "disaggregated"},
         "engine": {"backend": "trtllm", "tensor_parallel_size": 1},
         "timing": {"model": "aic", **QWEN},
         "decode": {"timing": {"model": "aic", **QWEN, "tp": 1}, "engine": None},
@@ -512,7 +513,7 @@ def test_aic_sections_become_tables(aic_cache, qwen_table):
     assert config["timing"]["model"] == "aic"  # the input is not modified
     if "tensor_parallel_size" not in dynosim.EngineConfig.model_fields:
         out["engine"] = {}
-    cfg = dynosim.SimConfig.model_validate({**out, "cluster": {"mode": "disaggregated"}})
+    cfg = dynosim.SimConfig.model_validate(out)
     assert cfg.decode.timing.model == "op_tables"
 
 

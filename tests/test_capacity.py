@@ -153,7 +153,7 @@ def test_aic_models_match_aic_own_kv_size():
 
 @needs_aic
 def test_aic_model_errors():
-    with pytest.raises(ConfigError, match=r"no model 'Foo/Bar'; supported models: .*Qwen/Qwen3-8B"):
+    with pytest.raises(ConfigError, match=r'no model "Foo/Bar"; supported models: .*Qwen/Qwen3-8B'):
         kv_bytes_per_token("Foo/Bar")
     with pytest.raises(ConfigError, match=r"Qwen/Qwen3.5-27B: layer_types has linear_attention"):
         kv_bytes_per_token("Qwen/Qwen3.5-27B")

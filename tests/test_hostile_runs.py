@@ -5,6 +5,8 @@ traceback. Each test is one example of a class the code handles by one mechanism
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 from pathlib import Path
 
@@ -256,3 +258,183 @@ def test_a_message_shows_a_bounded_part_of_a_huge_value(tmp_path):
     with pytest.raises(ConfigError) as info:
         SimConfig.model_validate({"cluster": bad})
     assert str(info.value).endswith("; and 995 more problems") and len(info.value.problems) == 1000
+
+
+# --- sweeps bounded by the machine (item 3) ---------------------------------------------------
+
+
+def million() -> dict[str, list]:
+    """A grid of 1,000 x 1,000 = 1,000,000 candidates (the documented limit)."""
+    return {
+        "sla.ttft_ms": [float(v) for v in range(1, 1001)],
+        "cluster.router_seed": list(range(1000)),
+    }
+
+
+def test_a_million_candidate_space_is_never_listed():
+    import tracemalloc
+
+    from dynosim.plan import Space
+
+    tracemalloc.start()
+    try:
+        space = Space(million()) * Space.zip({"engine.max_num_seqs": [64]})
+        assert len(space) == 1_000_000
+        assert space[999_999] == {
+            "sla.ttft_ms": 1000.0,
+            "cluster.router_seed": 999,
+            "engine.max_num_seqs": 64,
+        }
+        assert space[-1] == space[999_999] and space[1234] == next(
+            itertools.islice(space, 1234, None)
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Listed, the candidates alone took hundreds of MB (and their configurations 10 GB).
+    assert peak < 50 << 20, peak
+
+
+def test_a_sweep_holds_no_candidate_list_before_its_first_replay(monkeypatch):
+    import tracemalloc
+
+    import dynosim
+    from dynosim.plan import executors
+
+    class FirstReplay(Exception):
+        pass
+
+    seen = {}
+
+    def first(self, key, core_json):
+        seen["peak"] = tracemalloc.get_traced_memory()[1]
+        raise FirstReplay
+
+    monkeypatch.setattr(executors.Runner, "submit", first)
+    work = dynosim.SyntheticWorkload(isl=64, osl=4, count=10, rate=10.0)
+    peaks = []
+    for n in (500, 4000):
+        space = {"sla.ttft_ms": [float(v) for v in range(1, n + 1)]}
+        tracemalloc.start()
+        try:
+            with pytest.raises(FirstReplay):
+                dynosim.sweep(work, None, space, jobs=1, progress=False)
+        finally:
+            tracemalloc.stop()
+        peaks.append(seen["peak"])
+    # 3,500 more candidates cost nothing before the first replay (listed: ~10 KB each).
+    assert peaks[1] < peaks[0] + (5 << 20), peaks
+
+
+def test_more_jobs_than_cpus_or_candidates_are_capped_with_a_warning():
+    import dynosim
+    from dynosim.plan import resources
+    from dynosim.plan.executors import Runner
+
+    cols = dynosim.SyntheticWorkload(isl=64, osl=4, count=10, rate=10.0).columns()
+    for executor in ("threads", "processes"):
+        with pytest.warns(UserWarning, match=r"^jobs: 48 replays at once would only wait"):
+            runner = Runner(cols, executor, 48, tasks=4)
+        with runner:
+            assert runner.jobs == min(4, resources.cpus())
+    with Runner(cols, "threads", 3, tasks=2, force=True) as runner:
+        assert runner.jobs == 3
+    with Runner(cols, "threads", None, tasks=1) as runner:
+        assert runner.jobs == 1
+    # A sweep of 4 candidates with --executor processes --jobs 48 forks at most 4 workers.
+    with pytest.warns(UserWarning, match="running"):
+        result = dynosim.sweep(
+            cols,
+            None,
+            {"cluster.num_workers": [1, 2, 3, 4]},
+            executor="processes",
+            jobs=48,
+            progress=False,
+        )
+    assert len(result) == 4 and not result.failed().rows
+
+
+def test_jobs_past_the_memory_are_refused_before_anything_starts(monkeypatch):
+    import dynosim
+    from dynosim.errors import ConfigError
+    from dynosim.plan import resources
+
+    cols = dynosim.SyntheticWorkload(isl=64, osl=4, count=100, rate=10.0).columns()
+    space = {"cluster.num_workers": [16, 32], "engine.max_num_seqs": [8, 16]}
+    # The core's estimate of the largest candidate (32 workers) sizes each job.
+    biggest = dynosim.SimConfig.model_validate({"cluster": {"num_workers": 32}})
+    each = dynosim._core.replay_bytes_estimate(biggest.model_dump_json(), 100, cols.tokens)
+    available = cols.nbytes + 3 * each - 1  # room for 2 replays, not 3
+    monkeypatch.setattr(resources, "cpus", lambda: 64)
+    monkeypatch.setattr(resources, "available_memory", lambda: available)
+    with pytest.raises(ConfigError) as info:
+        dynosim.sweep(cols, None, space, jobs=4, progress=False)
+    message = str(info.value)
+    assert message.startswith("jobs: 4 replays at once may need ")
+    assert message.endswith(
+        "available; run 2 at once (jobs / --jobs 2), or force_jobs / --force-jobs"
+    )
+    assert len(dynosim.sweep(cols, None, space, jobs=2, progress=False)) == 4
+    assert len(dynosim.sweep(cols, None, space, jobs=4, force_jobs=True, progress=False)) == 4
+
+
+def test_ray_failing_to_start_is_one_error(monkeypatch):
+    ray = pytest.importorskip("ray")
+    import dynosim
+    from dynosim.errors import DynosimError
+
+    def broken(**kwargs):
+        raise RuntimeError("Failed to start the GCS server.\nsee /tmp/ray/session_latest/logs")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", broken)
+    cols = dynosim.SyntheticWorkload(isl=64, osl=4, count=10, rate=10.0).columns()
+    with pytest.raises(DynosimError) as info:
+        dynosim.sweep(cols, None, {"cluster.num_workers": [1]}, executor="ray", progress=False)
+    assert str(info.value) == (
+        "executor 'ray': Ray did not start (RuntimeError: Failed to start the GCS server.)"
+    )
+
+
+_GROWTH = """
+import json, resource, sys
+import dynosim
+extra = json.loads(sys.argv[1])
+cols = dynosim.SyntheticWorkload(isl=500, osl=20, count=100_000, rate=2000.0, seed=1).columns()
+config = dynosim.SimConfig.model_validate(extra)
+estimate = dynosim._core.replay_bytes_estimate(config.model_dump_json(), len(cols), cols.tokens)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+dynosim.replay(cols, config, progress=False)
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(json.dumps([estimate, grew]))
+"""
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"cluster": {"num_workers": 16}},
+        {"engine": {"backend": "trtllm", "num_gpu_blocks": 200_000}},
+        {"engine": {"backend": "sglang"}},
+        {
+            "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 6},
+            "offload": {"g2_blocks": 50_000},
+            "kv_transfer": {"kv_bytes_per_token": 1000},
+        },
+    ],
+    ids=["16 workers", "trtllm, big cache", "sglang", "disaggregated with tiers"],
+)
+def test_the_memory_estimate_bounds_what_a_replay_takes(extra):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _GROWTH, json.dumps(extra)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    estimate, grew = json.loads(out.stdout)
+    # An upper bound (the whole report included, which a sweep's replay never builds), and
+    # not a wild one (SGLang's radix cache takes less than the block caches counted).
+    assert grew <= estimate <= 8 * grew, (grew, estimate)

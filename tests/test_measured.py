@@ -433,7 +433,7 @@ def test_unknown_content_is_named(tmp_path, content, message):
 
 
 def test_unknown_format_name_and_misplaced_seed():
-    with pytest.raises(WorkloadError, match="unknown measured format 'sglang'"):
+    with pytest.raises(WorkloadError, match='unknown measured format "sglang"'):
         load_measured(VLLM, "sglang")
     with pytest.raises(WorkloadError, match="seed rebuilds the arrivals of a vllm-bench run"):
         load_measured(AIPERF, seed=3)

@@ -84,6 +84,10 @@ def resolve_config_json(config_json: str) -> str:
     ``timing_path``), ``kv_transfer`` (``bytes_per_token``, ``send_gbps``, ``recv_gbps``,
     ``link_model``, ``sizing``, ``first_token``), ``num_workers`` and ``num_gpus``."""
 
+def replay_bytes_estimate(config_json: str, requests: int, tokens: int) -> int:
+    """The most bytes one replay of the configuration takes for a workload of ``requests``
+    requests of ``tokens`` prompt and output tokens (its columns not included)."""
+
 def kv_shape_bytes_per_token(shape_json: str, tp: int) -> int:
     """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank for a
     ``kv_shape`` document (``tp`` 1: the whole model's)."""

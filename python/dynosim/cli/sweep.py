@@ -60,6 +60,12 @@ def add_parser(sub: Any) -> None:
         "'zip:' with paths -> lists paired element-wise",
     )
     add_search_arguments(p)
+    p.add_argument(
+        "--force-jobs",
+        action="store_true",
+        help="run --jobs replays at once even past the CPUs, the candidates or the memory "
+        "they are estimated to need",
+    )
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
 
 
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             sla=sla,
             executor=args.executor,
             jobs=args.jobs,
+            force_jobs=args.force_jobs,
             progress=not args.no_progress,
             on_row=keep,
         )

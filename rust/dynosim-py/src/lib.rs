@@ -148,6 +148,21 @@ fn resolve_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> {
         .map_err(|e| raise(py, "SimulationError", e.to_string()))
 }
 
+/// The most bytes one replay of the configuration takes for a workload of `requests`
+/// requests of `tokens` prompt and output tokens (the workload's columns not included).
+#[pyfunction]
+fn replay_bytes_estimate(
+    py: Python<'_>,
+    config_json: &str,
+    requests: u64,
+    tokens: u64,
+) -> PyResult<u64> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    Ok(dynosim_core::replay::memory::replay_bytes(
+        &config, requests, tokens,
+    ))
+}
+
 /// KV bytes of one token on one GPU of a `tp`-way tensor-parallel rank, for a `kv_shape`
 /// document (checked by the core's rules first).
 #[pyfunction]
@@ -514,6 +529,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate_workload, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;
+    m.add_function(wrap_pyfunction!(replay_bytes_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_pass_token_budget, m)?)?;

@@ -116,6 +116,20 @@ impl SimConfig {
         engine::validate_engine("engine", &self.engine)?;
         timing::validate_timing("timing", &self.timing)?;
         for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+            let given = [
+                ("engine", role.engine.is_some()),
+                ("timing", role.timing.is_some()),
+            ];
+            if let (ServingMode::Aggregated, Some((section, _))) =
+                (c.mode, given.iter().find(|(_, set)| *set))
+            {
+                return Err(SimError::config(
+                    &format!("{name}.{section}"),
+                    "a role's own section applies to disaggregated serving, and cluster.mode \
+                     is aggregated: move its settings to the shared section, or set \
+                     cluster.mode: disaggregated",
+                ));
+            }
             if let Some(e) = &role.engine {
                 engine::validate_engine(&format!("{name}.engine"), e)?;
             }

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -438,3 +442,88 @@ def test_the_memory_estimate_bounds_what_a_replay_takes(extra):
     # An upper bound (the whole report included, which a sweep's replay never builds), and
     # not a wild one (SGLang's radix cache takes less than the block caches counted).
     assert grew <= estimate <= 8 * grew, (grew, estimate)
+
+
+# --- SIGTERM ends a sweep or a plan as Ctrl-C does (item 4) -----------------------------------
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still alive (zombies are dead)."""
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ProcessLookupError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(int(proc.name))
+    return alive
+
+
+def _terminate_while_replaying(argv: list[str]) -> tuple[int, str, int]:
+    """Start ``dynosim ARGV`` in a process group of its own, send SIGTERM to it alone (not its
+    workers: what ``kill PID`` does) once a replay runs; its exit code, stderr, and how many
+    processes of its group are left a moment after it ended."""
+    from test_interrupt import _replaying
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dynosim", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _replaying(proc.pid):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no replay started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        # Guards, not timing assertions: a command that ignores SIGTERM, or workers left
+        # running (holding stderr open, they would also stall reading it), fail the test.
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = len(_group(proc.pid))
+        if left:
+            os.killpg(proc.pid, signal.SIGKILL)
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None or _group(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err, left
+
+
+LONG = ["--synthetic", "--isl", "256", "--osl", "64", "--rate", "1000", "--count", "4000000"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("executor", ["processes", "threads"])
+def test_sigterm_ends_a_sweep_and_its_workers_with_exit_143(tmp_path, executor):
+    space = tmp_path / "space.yaml"
+    space.write_text("cluster.num_workers: [1, 2, 3, 4]\n")
+    out = tmp_path / "out"
+    argv = ["sweep", *LONG, "--space", str(space), "-o", str(out), "--no-progress"]
+    code, err, left = _terminate_while_replaying([*argv, "--executor", executor, "--jobs", "2"])
+    assert (code, err, left) == (143, "dynosim: terminated\n", 0)
+    # No replay finished: no rows, and no table that looks complete.
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+@needs_aic
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_ends_a_plan_and_its_workers_with_exit_143(tmp_path):
+    out = tmp_path / "plan"
+    argv = ["plan", *LONG, "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm"]
+    argv += ["--sla-ttft-ms", "600", "--max-gpus", "4", "--tp", "1", "--modes", "aggregated"]
+    argv += ["--executor", "processes", "--jobs", "2", "--no-progress", "-o", str(out)]
+    code, err, left = _terminate_while_replaying(argv)
+    assert (code, err, left) == (143, "dynosim: terminated\n", 0)
+    assert not out.exists() or list(out.iterdir()) == []

@@ -3,7 +3,8 @@ every thread shares one prepared copy of the workload), a process pool, Ray task
 ``concurrent.futures.Executor``. Each replay returns its summary and wall time, or why it
 failed; results come back as they finish.
 
-Ctrl-C stops a sweep within milliseconds: the replays of a thread pool share one
+Ctrl-C (and SIGTERM, which the command line handles as Ctrl-C) stops a sweep within
+milliseconds: the replays of a thread pool share one
 ``_core.Control`` that the runner interrupts when the sweep is interrupted; the workers of a
 process pool it owns are terminated (each ignores SIGINT, so the Ctrl-C a terminal sends to the
 whole process group prints no traceback from an idle worker). Replays not started are
@@ -56,9 +57,11 @@ _SHIPPED: dict[str, PreparedWorkload] = {}
 
 def _start_worker(token: str, columns: TraceColumns) -> None:
     """A process pool worker's start: SIGINT ignored (the Ctrl-C a terminal sends the whole
-    process group is the sweep's to handle: it terminates its workers), and the workload
-    installed."""
+    process group is the sweep's to handle: it terminates its workers), SIGTERM back to its
+    default (a forked worker inherits the command's handler, but the sweep ends it with
+    SIGTERM), and the workload installed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _install(token, columns)
 
 

@@ -527,3 +527,124 @@ def test_sigterm_ends_a_plan_and_its_workers_with_exit_143(tmp_path):
     code, err, left = _terminate_while_replaying(argv)
     assert (code, err, left) == (143, "dynosim: terminated\n", 0)
     assert not out.exists() or list(out.iterdir()) == []
+
+
+# --- times past the clock's resolution (item 5) -----------------------------------------------
+
+
+CLOCK = (
+    "8,796,093,022,208 ms (2^43 ms, about 278 years), beyond which the replay's clock (f64 ms) "
+    "no longer resolves a microsecond and step times round away"
+)
+
+
+def test_synthetic_arrivals_past_the_clock_bound_are_refused(capsys):
+    # A rate of 1e-300 requests/s gave TTFT and E2E of 0: each pass rounded away.
+    argv = ["replay", "--no-progress", "--synthetic", "--isl", "10", "--osl", "10"]
+    err = cli_error([*argv, "--count", "5", "--rate", "1e-300"], capsys)
+    assert err.startswith("workload request 1: arrival_ms - first arrival = ")
+    assert err.endswith(f" ms is past {CLOCK}")
+
+
+def test_trace_arrivals_past_the_clock_bound_name_the_line(tmp_path, capsys):
+    rows = [
+        {"timestamp": t, "input_length": 10, "output_length": 2, "hash_ids": [i]}
+        for i, t in enumerate([0, 1e17])
+    ]
+    path = tmp_path / "late.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = cli_error(["replay", "--no-progress", str(path)], capsys)
+    assert err == f"{path}:2: arrival_ms - first arrival = 1e17 ms is past {CLOCK}"
+    # Within the bound, but past it once arrivals are 1,000,000 times slower.
+    rows[1]["timestamp"] = 1e10
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = cli_error(["replay", "--no-progress", str(path), "--arrival-speedup", "1e-6"], capsys)
+    assert err == (
+        "workload request 1: (arrival_ms - first arrival) / cluster.arrival_speedup_ratio "
+        f"0.000001 = 1e16 ms is past {CLOCK}"
+    )
+
+
+def test_a_date_outside_what_ns_hold_is_refused_not_wrapped(tmp_path, capsys):
+    # 2323 read as nanoseconds wrapped around to 1739, sorting the row first.
+    path = tmp_path / "late.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\n"
+        "2323-11-16 18:15:46.6805900,10,2\n"
+    )
+    err = cli_error(["replay", "--no-progress", str(path)], capsys)
+    assert err == (
+        f"{path}:3: field 'TIMESTAMP': outside the years 1678 to 2261 a timestamp in ns holds, "
+        'got "2323-11-16 18:15:46.6805900"'
+    )
+
+
+# --- settings that did nothing, flags that leaked tracebacks (item 8) -------------------------
+
+
+TIERS = {"offload": {"g2_blocks": 8}, "kv_transfer": {"kv_bytes_per_token": 2}}
+DISAGGREGATED = {"cluster": {"mode": "disaggregated"}}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message", "making_it_apply"),
+    [
+        (
+            {"offload": {"g1_g2_gbps": 5}},
+            "offload.g1_g2_gbps: applies to the offload tiers, and there are none: set "
+            "offload.g2_blocks (--g2-blocks) to have them, or leave it at its default",
+            TIERS,
+        ),
+        (
+            {"offload": {"in_flight": "wait"}},
+            "offload.in_flight: applies to the offload tiers",
+            TIERS,
+        ),
+        (
+            {"offload": {"g2_g3_read_gbps": 1.0}},
+            "offload.g2_g3_read_gbps: applies to the offload tiers",
+            TIERS,
+        ),
+        (
+            {"prefill": {"engine": {"max_num_seqs": 3}}},
+            "prefill.engine: a role's own section applies to disaggregated serving, and "
+            "cluster.mode is aggregated: move its settings to the shared section, or set "
+            "cluster.mode: disaggregated",
+            DISAGGREGATED,
+        ),
+        (
+            {"decode": {"timing": {"model": "fixed", "prefill_ms": 1, "decode_ms": 1}}},
+            "decode.timing: a role's own section applies to disaggregated serving",
+            DISAGGREGATED,
+        ),
+    ],
+)
+def test_settings_that_would_do_nothing_are_errors_naming_them(settings, message, making_it_apply):
+    from dynosim import SimConfig
+    from dynosim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        SimConfig.model_validate(settings)
+    assert str(info.value).startswith(message)
+    # With what makes it apply, the same setting is fine.
+    merged = {
+        k: {**making_it_apply.get(k, {}), **settings.get(k, {})}
+        for k in {*settings, *making_it_apply}
+    }
+    SimConfig.model_validate(merged)
+    # At its default, a setting changes nothing either way.
+    SimConfig.model_validate({"offload": {"g1_g2_gbps": 14.0, "in_flight": "recompute"}})
+
+
+def test_offload_flags_without_tiers_are_refused(capsys):
+    err = cli_error(["replay", "--no-progress", "--g1-g2-gbps", "5"], capsys)
+    assert err.startswith("offload.g1_g2_gbps: applies to the offload tiers, and there are none")
+
+
+def test_a_space_zip_that_is_no_mapping_is_refused(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text("cluster.num_workers: [1, 2]\nzip: 5\n")
+    err = cli_error(["sweep", *SYNTH, "--space", str(space), "-o", str(tmp_path / "o")], capsys)
+    assert err == (
+        f"{space}: space: zip: expected a mapping of path -> list (or a list of them), got 5"
+    )

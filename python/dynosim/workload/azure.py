@@ -11,7 +11,13 @@ import numpy as np
 from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
-from dynosim.workload.reading import TOKENS_EXPECTED, arrival_order, decode_text, token_count
+from dynosim.workload.reading import (
+    TOKENS_EXPECTED,
+    arrival_order,
+    decode_text,
+    naming_lines,
+    token_count,
+)
 
 _AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 # numpy's datetime parser also takes "NaT", "now", "today" and zone suffixes; allow only plain
@@ -79,18 +85,29 @@ def read_azure(path: Path, data: bytes, trace_block_size: int) -> TraceColumns:
                     f"got {shown(stamp)}"
                 ) from exc
         raise
+    # Nanoseconds in 64 bits wrap around silently outside these years (2323 reads as 1739).
+    years = ns.astype("datetime64[ns]").astype("datetime64[Y]").astype(np.int64) + 1970
+    wide = np.array(times, dtype="datetime64[Y]").astype(np.int64) + 1970
+    wrapped = np.flatnonzero(years != wide)
+    if wrapped.size:
+        k = int(wrapped[0])
+        raise WorkloadError(
+            f"{path}:{line_numbers[k]}: field 'TIMESTAMP': outside the years 1678 to 2261 a "
+            f"timestamp in ns holds, got {shown(times[k])}"
+        )
     order = arrival_order(path, ns, line_numbers)
     ns = ns[order]
     input_length = np.array(inputs, dtype=np.uint32)[order]
     offsets, hash_ids = fresh_hash_ids(input_length, trace_block_size)
-    return TraceColumns(
-        arrival_ms=(ns - ns[0]) / 1e6,
-        input_length=input_length,
-        output_length=np.array(outputs, dtype=np.uint32)[order],
-        hash_offsets=offsets,
-        hash_ids=hash_ids,
-        trace_block_size=trace_block_size,
-    )
+    with naming_lines(path, np.array(line_numbers)[order]):
+        return TraceColumns(
+            arrival_ms=(ns - ns[0]) / 1e6,
+            input_length=input_length,
+            output_length=np.array(outputs, dtype=np.uint32)[order],
+            hash_offsets=offsets,
+            hash_ids=hash_ids,
+            trace_block_size=trace_block_size,
+        )
 
 
 __all__ = ["read_azure"]

@@ -648,3 +648,214 @@ def test_a_space_zip_that_is_no_mapping_is_refused(tmp_path, capsys):
     assert err == (
         f"{space}: space: zip: expected a mapping of path -> list (or a list of them), got 5"
     )
+
+
+# --- reports and measured runs checked whole before use (item 6) ------------------------------
+
+
+def saved_report(tmp_path: Path, config: dict | None = None) -> dict:
+    import dynosim
+
+    work = dynosim.SyntheticWorkload(isl=100, osl=5, count=20, rate=10.0)
+    return json.loads(dynosim.replay(work, config or {}, progress=False).to_json())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {
+            "cluster": {"mode": "disaggregated"},
+            "kv_transfer": {"bandwidth_gbps": 8.0, "kv_bytes_per_token": 4096},
+        },
+        {
+            "offload": {"g2_blocks": 8, "g3_blocks": 8, "g3_shared": True},
+            "kv_transfer": {"kv_bytes_per_token": 2},
+        },
+        {
+            "cluster": {"mode": "disaggregated"},
+            "offload": {"g2_blocks": 8},
+            "kv_transfer": {"kv_bytes_per_token": 2},
+            "engine": {"backend": "sglang"},
+        },
+        {"engine": {"backend": "trtllm", "data_parallel_size": 2}},
+    ],
+    ids=["aggregated", "disaggregated links", "shared G3", "decode tiers, sglang", "trtllm dp"],
+)
+def test_every_kind_of_report_fits_the_schema(tmp_path, config):
+    from dynosim.report import load_report
+
+    data = saved_report(tmp_path, config)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
+    assert load_report(path).to_json() == path.read_text()
+
+
+def _damage(data: dict, where: str, value: object) -> dict:
+    *parents, last = where.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        # Each of these was a KeyError, a RecursionError or a page built from nonsense.
+        ("summary.ttft_ms", KeyError, "summary.ttft_ms: required, but not given"),
+        ("summary.ttft_ms.p99", "slow", 'summary.ttft_ms.p99: expected a number, got "slow"'),
+        ("summary.num_requests", 10**400, "summary.num_requests: Input should be less than"),
+        ("summary.duration_ms", 10**400, "summary.duration_ms: expected a number, got 10000000"),
+        ("config.cluster.mode", "sideways", "config: cluster.mode: Input should be"),
+        ("requests.ttft_ms", [[1]] * 20, "requests.ttft_ms[0]: expected a number or null"),
+        ("requests.status", [True] * 20, "requests.status[0]: expected a whole number"),
+        ("requests.worker", KeyError, "requests.worker: required, but not given"),
+        ("timeseries.queued.mean", [1.0], "timeseries.queued.mean: expected "),
+        ("timeseries.time_ms", None, "timeseries.time_ms: expected a list of numbers"),
+        ("summary.rejections_by_reason", {"bored": 1}, "summary.rejections_by_reason.bored: not"),
+        ("provenance.trace", [1], "provenance.trace: expected a mapping"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
+)
+def test_a_damaged_report_names_what_is_wrong(tmp_path, capsys, where, value, message):
+    pytest.importorskip("matplotlib")
+    data = _damage(saved_report(tmp_path), where, value)
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(data))
+    err = cli_error(["report", str(path), "-o", str(tmp_path / "r.html")], capsys)
+    assert err.startswith(f"{path}: {message}"), err
+    assert len(err) < 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[" * 100_000 + "]" * 100_000,
+            "not a dynosim report (not JSON: not valid JSON here: nested too deeply)",
+        ),
+        ('{"a": ' + "1" * 5000 + "}", "not a dynosim report (not JSON: an integer of more than"),
+        ('{"format": 1, "format": 2}', "not a dynosim report (not JSON: duplicate key 'format'"),
+    ],
+    ids=["deep", "digits", "duplicate key"],
+)
+def test_a_report_that_is_hostile_json_is_refused(tmp_path, text, message):
+    from dynosim.errors import ReportError
+    from dynosim.report import load_report
+
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ReportError) as info:
+        load_report(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def vllm_detailed(n: int = 4, **changes: object) -> dict:
+    data = {
+        "input_lens": [100] * n,
+        "output_lens": [10] * n,
+        "ttfts": [0.05] * n,
+        "itls": [[0.01] * 9 for _ in range(n)],
+        "errors": [""] * n,
+        "start_times": [100.0 + i for i in range(n)],
+    }
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"ttfts": [10**400, 0.05, 0.05, 0.05]}, "field 'ttfts[0]': expected a finite number"),
+        ({"errors": None}, "field 'errors': expected a list, got null"),
+        ({"itls": [[10**400]] * 4}, "field 'itls[0][0]': expected a finite number >= 0 (s)"),
+        ({"start_times": None, "request_rate": 10**400}, "field 'request_rate': expected a rate"),
+        (
+            {"start_times": None, "request_rate": 1.0, "burstiness": 10**400},
+            "field 'burstiness': expected a number > 0",
+        ),
+    ],
+    ids=["huge ttft", "null errors", "huge itl", "huge rate", "huge burstiness"],
+)
+def test_a_measured_file_of_huge_numbers_or_nulls_is_refused(tmp_path, changes, message):
+    from dynosim.errors import WorkloadError
+    from dynosim.workload.measured import load_measured
+
+    data = vllm_detailed(**changes)
+    data = {k: v for k, v in data.items() if v is not None or k == "errors"}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(WorkloadError) as info:
+        load_measured(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+    assert len(str(info.value)) < 300
+
+
+def test_a_huge_aiperf_number_is_refused_naming_its_line(tmp_path):
+    from dynosim.errors import WorkloadError
+    from dynosim.workload.measured import load_measured
+
+    record = {
+        "metadata": {"benchmark_phase": "profiling", "request_start_ns": 1},
+        "metrics": {
+            "time_to_first_token": {"value": 10**400, "unit": "ms"},
+            "request_latency": {"value": 20.0, "unit": "ms"},
+            "input_sequence_length": {"value": 10, "unit": "tokens"},
+            "output_sequence_length": {"value": 1, "unit": "tokens"},
+        },
+    }
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(WorkloadError) as info:
+        load_measured(path)
+    assert str(info.value).startswith(
+        f"{path}:1: field 'metrics.time_to_first_token.value': expected a finite number >= 0"
+    )
+
+
+def test_a_measured_file_through_a_pipe_is_read_once_and_told_by_content(tmp_path):
+    import threading
+
+    from dynosim.workload.measured import load_measured
+
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    text = json.dumps(vllm_detailed()).encode()
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    run = load_measured(fifo)  # no format given: told from what the pipe held
+    writer.join(10)
+    assert run.format == "vllm-bench" and len(run) == 4
+
+
+def test_a_vllm_result_over_64_mib_on_one_line_is_read(tmp_path):
+    from dynosim.workload.measured import load_measured
+
+    # 4,000 requests of 2,000 streamed tokens: about 75 MB of one-line JSON, as vLLM writes.
+    n, tokens = 4000, 2000
+    data = vllm_detailed(n, output_lens=[tokens] * n, itls=[[0.012345678901234] * (tokens - 1)] * n)
+    path = tmp_path / "detailed.json"
+    path.write_text(json.dumps(data))
+    assert path.stat().st_size > 64 << 20 and b"\n" not in path.read_bytes()
+    run = load_measured(path)
+    assert len(run) == n and run.itl_ms is not None and len(run.itl_ms) == n * (tokens - 1)
+
+
+def test_an_aiperf_line_past_64_mib_is_refused(tmp_path):
+    from dynosim.errors import WorkloadError
+    from dynosim.workload.measured import load_measured
+
+    path = tmp_path / "profile_export.jsonl"
+    record = {"metadata": {}, "metrics": {}, "pad": "x" * (65 << 20)}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(WorkloadError, match=r"profile_export\.jsonl:1: line longer than 64 MiB"):
+        load_measured(path, format="aiperf")

@@ -31,6 +31,10 @@ from dynosim.errors import OutputError
 #: a device such as /dev/zero that would be read forever.
 MAX_LINE_BYTES = 64 << 20
 
+#: The largest document read whole (a report, a ``vllm bench serve`` result): written on one
+#: line, so no line limit applies, but a pipe that never ends is still stopped.
+MAX_DOCUMENT_BYTES = 8 << 30
+
 _CHUNK = 1 << 20
 
 
@@ -40,23 +44,32 @@ def read_input(
     what: str,
     *,
     max_line: int | None = None,
+    max_bytes: int | None = None,
 ) -> bytes:
     """The bytes of the input file ``path`` (``what`` names it in messages: "trace", ...).
 
     Raises ``error`` naming the file when it cannot be read, is a directory or a device (a pipe
     is read, so a process substitution works), or, with ``max_line`` (at least 1 MiB), holds a
-    line longer than that many bytes: an unbounded input fails at once instead of being read
-    forever.
+    line longer than that many bytes, or with ``max_bytes`` (a document read whole) is longer
+    than that: an unbounded input fails at once instead of being read forever.
     """
     try:
         with open(path, "rb") as fh:
-            mode = os.fstat(fh.fileno()).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-                kind = "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+            status = os.fstat(fh.fileno())
+            if not (stat.S_ISREG(status.st_mode) or stat.S_ISFIFO(status.st_mode)):
+                kind = "a directory" if stat.S_ISDIR(status.st_mode) else "a device or socket"
                 raise error(f"{path}: cannot read the {what}: not a regular file ({kind})")
-            if max_line is None:
+            if max_line is not None:
+                return _read_lines_bounded(fh, path, error, what, max_line)
+            if max_bytes is None:
                 return fh.read()
-            return _read_lines_bounded(fh, path, error, what, max_line)
+            data = b"" if status.st_size > max_bytes else fh.read(max_bytes + 1)
+            if status.st_size > max_bytes or len(data) > max_bytes:
+                raise error(
+                    f"{path}: longer than {max_bytes >> 30} GiB: not a {what} dynosim reads "
+                    "(a device or a stream that does not end?)"
+                )
+            return data
     except IsADirectoryError:
         raise error(f"{path}: cannot read the {what}: not a regular file (a directory)") from None
     except OSError as exc:
@@ -204,6 +217,7 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, fresh: bool = False
 
 
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
     "MAX_LINE_BYTES",
     "atomic_open",
     "cannot_write",

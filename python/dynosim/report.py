@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynosim import _core
-from dynosim._files import read_input
+from dynosim._documents import DocumentError, json_document
+from dynosim._files import MAX_DOCUMENT_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.errors import ReportError
+from dynosim.report_schema import check_report
 
 if TYPE_CHECKING:
     from dynosim.compare.measured import MeasuredComparison
@@ -35,9 +37,6 @@ _LATENCIES = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms")
 #: bump the version whenever a field is renamed, removed or changes meaning.
 REPORT_FORMAT = "dynosim-report"
 REPORT_VERSION = 1
-
-#: The parts every report has.
-_PARTS = ("summary", "config", "requests", "timeseries")
 
 
 def config_sha256(config: Mapping[str, Any]) -> str:
@@ -152,21 +151,17 @@ class Report:
                 f"this dynosim reads version {REPORT_VERSION}: replay the trace again to get a "
                 "current report"
             )
-        for part in _PARTS:
-            if not isinstance(data.get(part), dict):
-                raise ReportError(f"{where}: field {part!r}: expected an object")
+        try:
+            config = check_report(data)
+        except ReportError as e:
+            raise ReportError(f"{where}: {e}") from None
         raw = {
             "summary_json": json.dumps(data["summary"]),
-            "config_json": json.dumps(data["config"]),
+            # As the core writes it: every setting there, defaults filled in.
+            "config_json": _core.normalize_config_json(config.model_dump_json()),
             "requests": _arrays(data["requests"], f"{where}: requests"),
             "timeseries": _arrays(data["timeseries"], f"{where}: timeseries"),
         }
-        n = data["summary"].get("num_requests")
-        for name, column in raw["requests"].items():
-            if not isinstance(column, np.ndarray) or len(column) != n:
-                raise ReportError(
-                    f"{where}: requests.{name}: expected {n} values (summary.num_requests)"
-                )
         return cls(raw, data.get("provenance"))
 
     @property
@@ -274,11 +269,14 @@ class Report:
 
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
-    is not a dynosim report of this format version raises ReportError naming the file."""
-    text = read_input(path, ReportError, "report")
+    is not a dynosim report of this format version, or whose content does not fit the
+    report's schema (:mod:`dynosim.report_schema`), raises ReportError naming the file."""
+    text = read_input(path, ReportError, "report", max_bytes=MAX_DOCUMENT_BYTES)
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json_document(text)
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{path}: not a dynosim report (not UTF-8 text: {exc})") from None
+    except DocumentError as exc:
         raise ReportError(f"{path}: not a dynosim report (not JSON: {exc})") from None
     return Report.from_dict(data, str(path))
 

@@ -44,16 +44,6 @@ def decode_text(path: Path, data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_text(path: Path) -> str:
-    """The text of a UTF-8 file (see :func:`decode_text`)."""
-    return decode_text(path, read_trace_bytes(path))
-
-
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark dropped, CRLF read as one break)."""
-    return read_text(path).split("\n")
-
-
 def token_count(where: str, key: str, value: Any) -> int:
     """``value`` as a token count of field ``key`` at ``where`` (file:line): 1 .. 2**32 - 1."""
     # type() rather than isinstance(): bool is an int subclass, and 12.0 is not a token count.
@@ -118,8 +108,6 @@ __all__ = [
     "decode_text",
     "file_sha256",
     "naming_lines",
-    "read_lines",
-    "read_text",
     "read_trace_bytes",
     "token_count",
 ]

@@ -859,3 +859,37 @@ def test_an_aiperf_line_past_64_mib_is_refused(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     with pytest.raises(WorkloadError, match=r"profile_export\.jsonl:1: line longer than 64 MiB"):
         load_measured(path, format="aiperf")
+
+
+# --- the JSON of a large replay is written a column slice at a time (item 7) ------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {
+            "cluster": {"mode": "disaggregated"},
+            "offload": {"g2_blocks": 8},
+            "kv_transfer": {"kv_bytes_per_token": 2, "bandwidth_gbps": 4.0},
+        },
+        {"engine": {"data_parallel_size": 2, "num_gpu_blocks": 8, "block_size": 16}},
+    ],
+    ids=["aggregated", "disaggregated with tiers", "dp, rejections"],
+)
+def test_the_streamed_json_is_the_canonical_json_byte_for_byte(tmp_path, config, monkeypatch):
+    import dynosim
+    from dynosim import report as report_module
+
+    # Slices of 7 entries: every column crosses slice boundaries.
+    monkeypatch.setattr(report_module, "_SLICE", 7)
+    work = dynosim.SyntheticWorkload(isl=100, osl=5, count=50, rate=10.0)
+    report = dynosim.replay(work, config, progress=False)
+    # What to_json() was: the whole document through one json.dumps.
+    canonical = json.dumps(report.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert report.to_json() == canonical
+    assert "".join(report.json_chunks()) == canonical
+    out = tmp_path / "r.json"
+    argv = ["replay", "--no-progress", "--synthetic", "--isl", "100", "--osl", "5", "--count"]
+    assert main([*argv, "50", "--rate", "10", "--json", str(out)]) == 0
+    assert out.read_text() == dynosim.replay(work, {}, progress=False).to_json() + "\n"

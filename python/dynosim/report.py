@@ -7,9 +7,9 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +63,41 @@ def _arrays(part: Any, where: str) -> Any:
     if isinstance(part, dict):
         return {k: _arrays(v, f"{where}.{k}") for k, v in part.items()}
     return part
+
+
+#: Column entries encoded at a time by :func:`_canonical_chunks`.
+_SLICE = 1 << 16
+
+
+def _canonical_chunks(value: Any) -> Iterator[str]:
+    """``json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), allow_nan=False)`` in
+    pieces: a mapping key by key, an array a slice at a time (a JSON list is its items joined
+    by commas, so the slices joined are the whole list)."""
+    if isinstance(value, dict):
+        yield "{"
+        for k, key in enumerate(sorted(value)):
+            yield ("," if k else "") + json.dumps(key) + ":"
+            yield from _canonical_chunks(value[key])
+        yield "}"
+    elif isinstance(value, np.ndarray) and value.ndim > 1:
+        yield "["
+        for k, row in enumerate(value):
+            if k:
+                yield ","
+            yield from _canonical_chunks(row)
+        yield "]"
+    elif isinstance(value, np.ndarray):
+        yield "["
+        for start in range(0, len(value), _SLICE):
+            text = _dumps(_plain(value[start : start + _SLICE]))
+            yield ("," if start else "") + text[1:-1]
+        yield "]"
+    else:
+        yield _dumps(_plain(value))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _freeze(part: dict[str, Any]) -> None:
@@ -182,8 +217,8 @@ class Report:
         codes = self.requests["reject_reason"][rows]
         return [(int(i), REJECT_REASONS[c]) for i, c in zip(rows, codes, strict=True)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Summary, configuration, per-request columns and time series as plain Python data."""
+    def _parts(self) -> dict[str, Any]:
+        """The report's parts, its columns as the arrays they are."""
         out = {
             "format": {"name": REPORT_FORMAT, "version": REPORT_VERSION},
             "summary": self.summary,
@@ -193,15 +228,31 @@ class Report:
         }
         if self.provenance:
             out["provenance"] = self.provenance
-        return _plain(out)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary, configuration, per-request columns and time series as plain Python data."""
+        return _plain(self._parts())
 
     @cached_property
     def _canonical(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return "".join(self.json_chunks())
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no whitespace, null for NaN. Same inputs, same bytes."""
         return self._canonical
+
+    def json_chunks(self) -> Iterator[str]:
+        """:meth:`to_json` in pieces, each column encoded a slice at a time, for writing a
+        report of millions of requests without ever holding its JSON, or its columns as Python
+        numbers, whole (the pieces joined are :meth:`to_json`)."""
+        return _canonical_chunks(self._parts())
+
+    def write_json(self, fh: IO[str]) -> None:
+        """Write :meth:`to_json` and a newline to the text handle ``fh``, piece by piece."""
+        for piece in self.json_chunks():
+            fh.write(piece)
+        fh.write("\n")
 
     def to_pandas(self) -> Any:
         """The per-request columns as a pandas DataFrame, one row per workload row (needs

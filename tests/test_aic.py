@@ -300,11 +300,16 @@ def _tiny_table(scale: float = 1.0) -> TableTiming:
 
 
 @needs_aic
-def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage", ["not an npz", "truncated", "empty"])
+def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch, damage):
     spec = AicTiming(**QWEN)
     path = aic.table_cache_path(aic.resolve_aic_timing(spec, tmp_path / "aic"), tmp_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"not an npz")
+    monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_ops(3.0), {}))
+    aic_table_timing(spec, cache_dir=tmp_path)  # a real cache file, then damaged
+    whole = path.read_bytes()
+    # A truncated zip (a run killed mid-copy) raised BadZipFile, an empty one EOFError.
+    cut = {"not an npz": b"not an npz", "truncated": whole[: len(whole) // 2], "empty": b""}
+    path.write_bytes(cut[damage])
     monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_ops(2.0), {}))
     with pytest.warns(UserWarning, match="unreadable cached AIC table"):
         assert aic_table_timing(spec, cache_dir=tmp_path)[0] == _tiny_ops(2.0)

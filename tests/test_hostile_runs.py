@@ -893,3 +893,82 @@ def test_the_streamed_json_is_the_canonical_json_byte_for_byte(tmp_path, config,
     argv = ["replay", "--no-progress", "--synthetic", "--isl", "100", "--osl", "5", "--count"]
     assert main([*argv, "50", "--rate", "10", "--json", str(out)]) == 0
     assert out.read_text() == dynosim.replay(work, {}, progress=False).to_json() + "\n"
+
+
+@needs_aic
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--timing", "aic", "--ep", "0"], "timing.ep: must be between 1 and 1,024, got 0"),
+        (["--ep", "0"], "timing.ep: must be between 1 and 1,024, got 0"),
+        (["--timing", "aic", "--ep", "3"], "timing.ep: must divide the worker's tp x dp = 1 GPUs"),
+        (
+            ["--timing", "aic", "--ep", "100000000000"],
+            "timing: invalid value: integer `100000000000`",
+        ),
+    ],
+    ids=["aic timing", "KV sizing", "not dividing", "past u32"],
+)
+def test_ep_is_range_checked_before_aic_is_asked(flags, message, capsys):
+    # --ep 0 divided by zero inside the AIC layout (a ZeroDivisionError traceback).
+    argv = ["replay", "--no-progress", "--model", "Qwen/Qwen3-30B-A3B", "--system", "h200_sxm"]
+    assert cli_error([*argv, *flags], capsys).startswith(message)
+
+
+def test_json_at_a_symlink_loop_is_an_error_naming_it(tmp_path, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    err = cli_error(["replay", *SYNTH, "--no-progress", "--json", str(tmp_path / "a")], capsys)
+    assert err == f"{tmp_path / 'a'}: cannot write: Too many levels of symbolic links"
+
+
+@pytest.mark.parametrize("flags", [["--html", "-"], ["--json", "r.json", "--html", "-"]])
+def test_html_to_a_dash_is_refused_not_written_as_a_file(tmp_path, monkeypatch, capsys, flags):
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(["replay", *SYNTH, "--no-progress", *flags], capsys)
+    assert (
+        err == "--html -: standard output takes only --json; give a file name (./- for one named -)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_math_notation_in_labels_is_drawn_as_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    import dynosim
+    from dynosim.views.pages import compare_page
+
+    report = dynosim.replay(dynosim.SyntheticWorkload(isl=64, osl=4, count=20, rate=10.0))
+    # "$\frac$" raised matplotlib's ParseSyntaxException.
+    page = compare_page(report, report, ("$\\frac$ run", "cost $5 to $6"))
+    assert "$\\frac$ run" in page and "cost $5 to $6" in page
+
+
+@needs_aic
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tp", "1", "1"], "tp: 1 is given twice; give each value once"),
+        (["--modes", "aggregated", "aggregated"], "modes: aggregated is given twice"),
+        (["--max-batch-size", "8", "8"], "max_batch_size: 8 is given twice"),
+    ],
+)
+def test_a_value_given_twice_to_plan_is_refused(tmp_path, capsys, flags, message):
+    argv = ["plan", *SYNTH, "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm"]
+    argv += ["--sla-ttft-ms", "100", "--max-gpus", "4", "--no-progress", "-o", str(tmp_path)]
+    assert cli_error([*argv, *flags], capsys).startswith(message)
+
+
+def test_render_of_lengths_past_a_context_length_is_refused_before_aic(tmp_path, capsys):
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(
+        "mode: aggregated\nmodel: Qwen/Qwen3-32B\nsystem: h200_sxm\nbackend: vllm\n"
+        "backend_version: 0.24.0\nblock_size: 64\naggregated: {replicas: 1, max_batch_size: 8}\n"
+    )
+    # 2 x 4,294,967,295 tokens: AIC wrote --max-model-len 8589934590, no engine's.
+    argv = ["render", "--candidate", str(candidate), "--isl", "4294967295", "--osl"]
+    err = cli_error([*argv, "4294967295", "-o", str(tmp_path / "out")], capsys)
+    assert err == (
+        "workload: the longest request, prompt plus output, is the deployment's context "
+        "length: expected 1 to 4,294,967,295 tokens, got 8589934590"
+    )
+    assert not (tmp_path / "out" / "k8s_deploy.yaml").exists()

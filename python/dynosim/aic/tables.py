@@ -47,6 +47,8 @@ import json
 import logging
 import math
 import os
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -358,8 +360,18 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
             if meta.get("key") != json.loads(target.key()):
                 return None
             return OpTables(**{name: npz[name] for name in OP_TABLE_ARRAYS})
-    except (OSError, ValueError, KeyError, ConfigError) as e:
-        warn(f"{path}: ignoring an unreadable cached AIC table ({e})")
+    # A truncated or damaged file (a run killed while another copied it in, a full disk) is
+    # no zip, an early end, or a member that does not inflate: rebuilt like a missing one.
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        ConfigError,
+    ) as e:
+        warn(f"{path}: ignoring an unreadable cached AIC table ({type(e).__name__}: {e})")
         return None
 
 

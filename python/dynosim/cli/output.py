@@ -39,6 +39,7 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> P
     ``flag`` and the path: its directory is missing or not writable, it is a directory or an
     unwritable file, or it is one of ``inputs``. A link is checked as the file it names."""
     where = f"{flag} {path}"
+    _not_stdout(path, flag, "a file name")
     if path.is_dir():
         raise UsageError(f"{where}: is a directory; give a file name")
     target = destination(path)
@@ -77,6 +78,7 @@ def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
     fresh (:func:`dynosim._files.atomic_open` with ``fresh``): a link under one of their names
     is replaced, whatever it names."""
     where = f"{flag} {path}"
+    _not_stdout(path, flag, "a directory")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: is a file; give a directory")
     for name in files:
@@ -91,6 +93,15 @@ def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
             raise UsageError(f"{where}: {existing} is not a directory")
     _probe(existing, where)
     return path
+
+
+def _not_stdout(path: Path, flag: str, what: str) -> None:
+    """Refuse ``-``, which a user means as standard output (only ``--json`` writes there):
+    written as a file named ``-``, it would surprise."""
+    if str(path) == "-":
+        raise UsageError(
+            f"{flag} -: standard output takes only --json; give {what} (./- for one named -)"
+        )
 
 
 def _is_directory(path: Path) -> bool:

@@ -238,8 +238,12 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
         )
     timing = data["timing"]
     spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
+    # The core checks the layout (tp, dp, ep within their ranges, ep dividing tp x dp) as the
+    # configuration's timing before AIC is asked anything.
+    checked = SimConfig.model_validate({**data, "timing": spec}).timing
+    assert isinstance(checked, AicTiming)  # validated as the aic section it is
     return aic_kv_capacity(
-        AicTiming(**{**spec, "backend": spec.get("backend") or settings.backend}),
+        checked.model_copy(update={"backend": checked.backend or settings.backend}),
         block_size=settings.setting("block_size"),
         max_num_batched_tokens=settings.pass_token_budget,
         max_num_seqs=engine["max_num_seqs"],

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dynosim._validation import shown
+from dynosim.deploy.candidate import context_length_problem
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload import SyntheticWorkload, TraceWorkload
 
@@ -103,6 +104,12 @@ def lower_workload(
         isl, osl, requests = _mean_half_up(prompts), _mean_half_up(outputs), len(cols)
         longest_prompt = int(prompts.max())
     longest = int(totals.max())
+    problem = context_length_problem(longest) if context_length is None else None
+    if problem is not None:  # the engine's token limit would be one no deployment has
+        raise ConfigError(
+            f"workload: the longest request, prompt plus output, is the deployment's context "
+            f"length: {problem}"
+        )
     if context_length is not None and context_length < longest:
         over = requests if fixed else int((totals > context_length).sum())
         raise ConfigError(

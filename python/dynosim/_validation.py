@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import reprlib
+from collections.abc import Iterable
 from typing import Any, ClassVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -102,15 +103,31 @@ def join_path(prefix: str, loc: tuple[Any, ...] | list[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif part != "[key]":  # pydantic's marker for a bad mapping key; the key is shown
-            part = str(part)
-            if len(part) > _KEY_WIDTH:  # a key of the document: shown, not copied whole
-                part = part[: _KEY_WIDTH - 3] + "..."
+            part = short_key(str(part))  # a key of the document: shown, not copied whole
             out = f"{out}.{part}" if out else part
     return out
 
 
 #: Characters of a document's key shown in a path.
 _KEY_WIDTH = 40
+
+
+def short_key(key: str) -> str:
+    """A document's key as a path shows it: cut short past a few dozen characters."""
+    return key if len(key) <= _KEY_WIDTH else key[: _KEY_WIDTH - 3] + "..."
+
+
+def listing(names: Iterable[Any], width: int = 200) -> str:
+    """``names`` (a document's keys or values) joined by ", " as written, each cut short
+    (:func:`short_key`), the whole stopped near ``width`` characters with how many more."""
+    names = list(names)
+    out: list[str] = []
+    for k, name in enumerate(names):
+        if out and sum(len(n) + 2 for n in out) > width:
+            out.append(f"and {len(names) - k:,} more")
+            break
+        out.append(short_key(str(name)))
+    return ", ".join(out)
 
 
 def under(root: str, path: str) -> str:
@@ -253,7 +270,9 @@ __all__ = [
     "StrictModel",
     "WorkloadProblems",
     "join_path",
+    "listing",
     "problems",
+    "short_key",
     "shown",
     "under",
 ]

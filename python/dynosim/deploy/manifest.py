@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from dynosim._documents import DocumentError, yaml_document, yaml_documents
 from dynosim._files import MAX_LINE_BYTES, read_input
-from dynosim._validation import problems, shown, under
+from dynosim._validation import listing, problems, short_key, shown, under
 from dynosim.config import LIMITS
 from dynosim.deploy.candidate import (
     Candidate,
@@ -413,7 +413,8 @@ class _Checker:
         self.config_maps: dict[str, ConfigMap] = {}
 
     def add(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        # A path names the document's keys (service names): each shown, not copied whole.
+        self.problems.append(Problem(".".join(map(short_key, path.split("."))), message))
 
     def _add_problems(self, exc: ValidationError, prefix: str) -> None:
         for path, message in problems(exc):
@@ -440,7 +441,7 @@ class _Checker:
                     if isinstance(d, dict) and isinstance(d.get("kind"), str)
                 }
             )
-            self.add("kind", f"no {_DGD_KIND} document (found: {', '.join(kinds) or 'none'})")
+            self.add("kind", f"no {_DGD_KIND} document (found: {listing(kinds) or 'none'})")
             return self.problems
         for index, _ in dgds[1:]:
             self.add(
@@ -486,7 +487,7 @@ class _Checker:
             self.add(
                 "spec.services",
                 "expected exactly one service with componentType frontend, got "
-                + (", ".join(frontends) if frontends else "none"),
+                + (listing(frontends) if frontends else "none"),
             )
         workers = [
             self._worker(name, svc)
@@ -531,21 +532,21 @@ class _Checker:
             self.add(
                 "spec.services",
                 "aggregated workers (no subComponentType) mixed with prefill/decode workers: "
-                + ", ".join(w.name for w in workers),
+                + listing(w.name for w in workers),
             )
         for have, need in (("prefill", "decode"), ("decode", "prefill")):
             if have in roles and need not in roles:
                 self.add(
                     "spec.services",
                     f"a {have} worker needs a {need} worker (subComponentType: {need}); "
-                    f"got workers {', '.join(w.name for w in workers)}",
+                    f"got workers {listing(w.name for w in workers)}",
                 )
         backends = sorted({w.backend for w in workers if w.backend})
         if len(backends) > 1:
             self.add(
                 "spec.services",
                 f"workers of different backends ({', '.join(backends)}): "
-                + ", ".join(w.name for w in workers),
+                + listing(w.name for w in workers),
             )
 
     def _worker_checks(self, w: _Worker) -> None:
@@ -656,7 +657,7 @@ class _Checker:
             self.add(
                 "spec.services",
                 f"expected worker services {', '.join(expected)} for a {cand.mode} "
-                f"{cand.backend} candidate, got {', '.join(actual) or 'none'}",
+                f"{cand.backend} candidate, got {listing(actual) or 'none'}",
             )
         by_name = {w.name: w for w in workers}
         for name, role in expected.items():

@@ -55,9 +55,12 @@ fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimCo
     c.offload.g2_blocks = g2;
     c.offload.g3_blocks = g3;
     c.offload.g3_shared = shared;
-    c.offload.g1_g2_gbps = 1.0;
-    c.offload.g2_g3_gbps = 0.5;
-    c.offload.in_flight = InFlight::Wait;
+    // The tiers' settings, which without tiers are an error (they would do nothing).
+    if g2.is_some() {
+        c.offload.g1_g2_gbps = 1.0;
+        c.offload.g2_g3_gbps = 0.5;
+        c.offload.in_flight = InFlight::Wait;
+    }
     c
 }
 
@@ -258,6 +261,14 @@ fn tier_settings_are_validated() {
         .starts_with("offload.g3_blocks: needs offload.g2_blocks"));
     let err = SimConfig::from_json(r#"{"offload": {"g1_g2_gbps": 0}}"#).unwrap_err();
     assert!(err.to_string().starts_with("offload.g1_g2_gbps: must be"));
+    // Without tiers a tier setting would do nothing: an error naming it.
+    let err = SimConfig::from_json(r#"{"offload": {"writes": "free"}}"#).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "offload.writes: applies to the offload tiers, and there are none: set \
+         offload.g2_blocks (--g2-blocks) to have them, or leave it at its default"
+    );
+    assert!(SimConfig::from_json(r#"{"offload": {"writes": "flows"}}"#).is_ok());
 }
 
 #[test]

@@ -473,7 +473,7 @@ mod tests {
                  64 = 6,400,000,000 tokens per rank, more than the limit of 4,294,967,295",
             ),
             (
-                r#"{"prefill": {"engine": {"block_size": 65537}}}"#,
+                r#"{"cluster": {"mode": "disaggregated"}, "prefill": {"engine": {"block_size": 65537}}}"#,
                 "prefill.engine.block_size: must be between 1 and 65,536, got 65537",
             ),
             (

@@ -141,9 +141,6 @@ impl OffloadConfig {
 
     /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given).
     pub(super) fn validate(&self, kv_bytes_per_token: f64) -> Result<()> {
-        if !self.enabled() {
-            self.no_setting_without_tiers()?;
-        }
         positive_within("offload.g1_g2_gbps", self.g1_g2_gbps, MIN_GBPS, MAX_GBPS)?;
         positive_within("offload.g2_g3_gbps", self.g2_g3_gbps, MIN_GBPS, MAX_GBPS)?;
         for (name, value) in [
@@ -158,6 +155,9 @@ impl OffloadConfig {
         }
         if let Some(n) = self.g2_blocks {
             count("offload.g2_blocks", n, MAX_BLOCKS)?;
+        }
+        if !self.enabled() && self.g3_blocks.is_none() {
+            self.no_setting_without_tiers()?;
         }
         if let Some(n) = self.g3_blocks {
             count("offload.g3_blocks", n, MAX_BLOCKS)?;

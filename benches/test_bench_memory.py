@@ -65,12 +65,14 @@ def test_trace_with_a_year_between_rows(benchmark, tmp_path):
     benchmark.extra_info.update(got)
 
 
-#: A child that runs a command line and prints its peak resident set (MiB) last.
+#: A child that runs a command line and prints its peak resident set (MiB) last: the kernel's
+#: high-water mark of its own memory (``ru_maxrss`` keeps the parent's across exec).
 _COMMAND = """
-import resource, sys
+import sys
+from dynosim.bench.offline_replay_bench import PeakRss
 from dynosim.cli import main
 code = main(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(PeakRss().peak_mib())
 sys.exit(code)
 """
 
@@ -106,15 +108,16 @@ def test_replay_json_of_10m_requests(benchmark, tmp_path):
 #: A child that sweeps a space of N candidates and stops at its first replay, printing its
 #: peak resident set (MiB) then.
 _SWEEP_CHILD = """
-import json, resource, sys
+import sys
 import dynosim
+from dynosim.bench.offline_replay_bench import PeakRss
 from dynosim.plan import executors
 
 class FirstReplay(Exception):
     pass
 
 def first(self, key, core_json):
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(PeakRss().peak_mib())
     raise FirstReplay
 
 executors.Runner.submit = first

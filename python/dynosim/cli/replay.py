@@ -20,7 +20,7 @@ from dynosim.cli.common import (
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
 from dynosim.config import AicTiming, EngineConfig, SimConfig, load_config, load_timing_table
-from dynosim.errors import MissingExtraError
+from dynosim.errors import ConfigError, MissingExtraError
 from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
 
@@ -240,7 +240,12 @@ def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
     # The core checks the layout (tp, dp, ep within their ranges, ep dividing tp x dp) as the
     # configuration's timing before AIC is asked anything.
-    checked = SimConfig.model_validate({**data, "timing": spec}).timing
+    try:
+        checked = SimConfig.model_validate({**data, "timing": spec}).timing
+    except ConfigError as e:
+        if not str(e).startswith("timing"):
+            raise
+        raise ConfigError(f"{e} (the layout --tp, --dp and --ep give)") from None
     assert isinstance(checked, AicTiming)  # validated as the aic section it is
     return aic_kv_capacity(
         checked.model_copy(update={"backend": checked.backend or settings.backend}),

@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -19,10 +19,6 @@ from dynosim._files import MAX_DOCUMENT_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.errors import ReportError
 from dynosim.report_schema import check_report
-
-if TYPE_CHECKING:
-    from dynosim.compare.measured import MeasuredComparison
-    from dynosim.workload.measured import MeasuredRun
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.
 REJECT_REASONS: tuple[str, ...] = tuple(_core.reject_reason_names())
@@ -299,16 +295,6 @@ class Report:
         if metric not in _LATENCIES:
             raise KeyError(f"unknown latency metric {metric!r}; choose one of {_LATENCIES}")
         return self.summary[metric]
-
-    def compare_measured(self, measured: MeasuredRun) -> MeasuredComparison:
-        """This replay of ``measured.columns`` side by side with what the real benchmark
-        ``measured`` (``dynosim.load_measured``) measured: mean, p50, p90 and p99 of TTFT,
-        TPOT, ITL and E2E (ms), completed requests, requests/s and output tokens/s, with the
-        error in %. See :mod:`dynosim.compare.measured` for which metric is compared with
-        which."""
-        from dynosim.compare.measured import compare_measured
-
-        return compare_measured(self, measured)
 
     def __repr__(self) -> str:
         s = self.summary

@@ -31,7 +31,7 @@ from dynosim.cli.summary import render_summary
 from dynosim.compare.aisimulate import AISIMULATE_VERSION, RUN_TIMEOUT_S, AisimulateReplay
 from dynosim.compare.dynamo import DynamoReplay
 from dynosim.compare.peer import PeerRun, metric_rows
-from dynosim.config import ClusterConfig, SimConfig
+from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, ClusterConfig, SimConfig
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.workload import load_trace
@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         "--num-gpu-blocks",
         type=int,
         metavar="N",
-        help=f"KV blocks per rank (default {d.engine.num_gpu_blocks})",
+        help=f"KV blocks per rank (default {DEFAULT_NUM_GPU_BLOCKS:,})",
     )
     p.add_argument(
         "--max-num-seqs",

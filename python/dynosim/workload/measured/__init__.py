@@ -91,16 +91,12 @@ def load_measured(
     :mod:`~dynosim.workload.measured.vllm_bench`). A file of the wrong shape raises
     :class:`~dynosim.errors.WorkloadError` naming the file, line (JSON lines) and field.
     Replay ``run.columns`` on a deployment, then compare with
-    :meth:`dynosim.Report.compare_measured`.
+    :func:`dynosim.compare_measured`.
     """
     path = Path(path)
     if format is not None and format not in MEASURED_FORMATS:
         raise WorkloadError(
             f"unknown measured format {shown(format)}; choose one of {', '.join(MEASURED_FORMATS)}"
-        )
-    if format == "aiperf" and seed is not None:
-        raise WorkloadError(
-            "seed rebuilds the arrivals of a vllm-bench run; an AIPerf export has them"
         )
     text = read_measured(path)
     parsed = None

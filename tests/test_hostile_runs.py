@@ -103,7 +103,7 @@ def test_a_link_to_a_directory_in_a_sweep_directory_is_replaced(tmp_path):
 @needs_aic
 def test_a_link_planted_in_a_plan_directory_is_replaced_not_followed(tmp_path, capsys):
     out = tmp_path / "plan"
-    names = ["replays.csv", "pareto.csv", "pareto.html", "k8s_deploy.yaml"]
+    names = ["replays.csv", "pareto.csv", "pareto.html", "candidate.yaml", "k8s_deploy.yaml"]
     planted = plant(out, names, tmp_path / "victims")
     argv = ["plan", "--synthetic", "--isl", "2000", "--osl", "100", "--rate", "4"]
     argv += ["--count", "300", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm"]

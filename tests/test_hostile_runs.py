@@ -607,25 +607,33 @@ DISAGGREGATED = {"cluster": {"mode": "disaggregated"}}
     ],
 )
 def test_settings_that_would_do_nothing_are_errors_naming_them(settings, message, making_it_apply):
-    from dynosim import SimConfig
+    import dynosim
     from dynosim.errors import ConfigError
 
+    work = dynosim.SyntheticWorkload(isl=64, osl=4, count=4, rate=10.0)
+    # A document alone is fine: another source (a flag) may give the mode or the tiers.
+    dynosim.SimConfig.model_validate(settings)
     with pytest.raises(ConfigError) as info:
-        SimConfig.model_validate(settings)
+        dynosim.replay(work, settings, progress=False)
     assert str(info.value).startswith(message)
-    # With what makes it apply, the same setting is fine.
+    # With what makes it apply, the same setting replays.
     merged = {
         k: {**making_it_apply.get(k, {}), **settings.get(k, {})}
         for k in {*settings, *making_it_apply}
     }
-    SimConfig.model_validate(merged)
+    dynosim.replay(work, merged, progress=False)
     # At its default, a setting changes nothing either way.
-    SimConfig.model_validate({"offload": {"g1_g2_gbps": 14.0, "in_flight": "recompute"}})
+    dynosim.replay(work, {"offload": {"g1_g2_gbps": 14.0, "in_flight": "recompute"}})
 
 
-def test_offload_flags_without_tiers_are_refused(capsys):
+def test_offload_flags_without_tiers_are_refused(tmp_path, capsys):
     err = cli_error(["replay", "--no-progress", "--g1-g2-gbps", "5"], capsys)
     assert err.startswith("offload.g1_g2_gbps: applies to the offload tiers, and there are none")
+    # A file's tier rates with the tiers a flag gives: what runs has tiers, so they apply.
+    config = tmp_path / "c.yaml"
+    config.write_text("offload: {g1_g2_gbps: 5}\n")
+    argv = ["replay", *SYNTH, "--no-progress", "--config", str(config)]
+    assert main([*argv, "--g2-blocks", "16", "--kv-bytes-per-token", "2"]) == 0
 
 
 def test_a_space_zip_that_is_no_mapping_is_refused(tmp_path, capsys):

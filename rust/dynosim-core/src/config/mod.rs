@@ -116,20 +116,6 @@ impl SimConfig {
         engine::validate_engine("engine", &self.engine)?;
         timing::validate_timing("timing", &self.timing)?;
         for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
-            let given = [
-                ("engine", role.engine.is_some()),
-                ("timing", role.timing.is_some()),
-            ];
-            if let (ServingMode::Aggregated, Some((section, _))) =
-                (c.mode, given.iter().find(|(_, set)| *set))
-            {
-                return Err(SimError::config(
-                    &format!("{name}.{section}"),
-                    "a role's own section applies to disaggregated serving, and cluster.mode \
-                     is aggregated: move its settings to the shared section, or set \
-                     cluster.mode: disaggregated",
-                ));
-            }
             if let Some(e) = &role.engine {
                 engine::validate_engine(&format!("{name}.engine"), e)?;
             }
@@ -152,10 +138,12 @@ impl SimConfig {
             .validate(self.kv_transfer.bytes_per_token(), model_named)
     }
 
-    /// `validate`, and that every role the replay runs has a timing model the simulator
-    /// prices itself: an `aic` section must be resolved into its `table` first.
+    /// `validate`, no setting the replay would not read, and that every role the replay runs
+    /// has a timing model the simulator prices itself: an `aic` section must be resolved into
+    /// its `table` first.
     pub fn check_replayable(&self) -> Result<()> {
         self.validate()?;
+        self.check_no_idle_settings()?;
         for (role, _) in self.roles() {
             if let TimingConfig::Aic(_) = self.role(role).1 {
                 return Err(SimError::config(
@@ -166,6 +154,30 @@ impl SimConfig {
             }
         }
         Ok(())
+    }
+
+    /// A setting the replay would not read is a mistake, named: a role's own section in
+    /// aggregated mode, a tier setting without tiers. Checked on the configuration that runs,
+    /// not on every document: a file's role sections or tier rates may be completed by the
+    /// serving mode or the G2 size another source (a flag) gives.
+    fn check_no_idle_settings(&self) -> Result<()> {
+        if self.cluster.mode == ServingMode::Aggregated {
+            for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+                let given = [
+                    ("engine", role.engine.is_some()),
+                    ("timing", role.timing.is_some()),
+                ];
+                if let Some((section, _)) = given.iter().find(|(_, set)| *set) {
+                    return Err(SimError::config(
+                        &format!("{name}.{section}"),
+                        "a role's own section applies to disaggregated serving, and \
+                         cluster.mode is aggregated: move its settings to the shared section, \
+                         or set cluster.mode: disaggregated",
+                    ));
+                }
+            }
+        }
+        self.offload.no_setting_without_tiers()
     }
 
     /// The ranks (each a scheduler) and GPUs of every pool the replay runs stay within their

@@ -94,8 +94,11 @@ impl Default for OffloadConfig {
 
 impl OffloadConfig {
     /// Without tiers the section's other settings do nothing: one that differs from its
-    /// default is a mistake, named (a G3 without G2 has its own message).
-    fn no_setting_without_tiers(&self) -> Result<()> {
+    /// default is a mistake, named (a G3 without G2 is refused by `validate`).
+    pub(super) fn no_setting_without_tiers(&self) -> Result<()> {
+        if self.enabled() {
+            return Ok(());
+        }
         let d = OffloadConfig::default();
         let changed = [
             ("offload.g1_g2_gbps", self.g1_g2_gbps != d.g1_g2_gbps),
@@ -156,9 +159,6 @@ impl OffloadConfig {
         }
         if let Some(n) = self.g2_blocks {
             count("offload.g2_blocks", n, MAX_BLOCKS)?;
-        }
-        if !self.enabled() && self.g3_blocks.is_none() {
-            self.no_setting_without_tiers()?;
         }
         if let Some(n) = self.g3_blocks {
             count("offload.g3_blocks", n, MAX_BLOCKS)?;

@@ -35,6 +35,20 @@ TRACES = Path(
 )
 
 
+def group_processes(pgid: int) -> list[Path]:
+    """The ``/proc`` entries of the processes of group ``pgid`` (Linux)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) == pgid:
+                found.append(proc)
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
 @pytest.fixture
 def real_trace() -> Callable[[str], Path]:
     """Path of a real trace in shared/data/traces; skips the test when it is not there."""

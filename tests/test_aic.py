@@ -305,11 +305,16 @@ def _tiny_table(scale: float = 1.0) -> TableTiming:
 
 
 @needs_aic
-def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage", ["not an npz", "truncated", "empty"])
+def test_unreadable_cache_file_is_rebuilt(tmp_path, monkeypatch, damage):
     spec = AicTiming(**QWEN)
     path = aic.table_cache_path(aic.resolve_aic_timing(spec, tmp_path / "aic"), tmp_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"not an npz")
+    monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_ops(3.0), {}))
+    aic_table_timing(spec, cache_dir=tmp_path)  # a real cache file, then damaged
+    whole = path.read_bytes()
+    # A truncated zip (a run killed mid-copy) raised BadZipFile, an empty one EOFError.
+    cut = {"not an npz": b"not an npz", "truncated": whole[: len(whole) // 2], "empty": b""}
+    path.write_bytes(cut[damage])
     monkeypatch.setattr(aic_tables, "build_tables", lambda target: (_tiny_ops(2.0), {}))
     with pytest.warns(UserWarning, match="unreadable cached AIC table"):
         assert aic_table_timing(spec, cache_dir=tmp_path)[0] == _tiny_ops(2.0)
@@ -381,7 +386,7 @@ def test_moe_layouts_split_the_experts(aic_cache):
         ),
         (
             {"backend_version": "0.18.0"},
-            r"no vllm version '0.18.0' .*measurements: .*0.19.0, 0.24.0",
+            r'no vllm version "0.18.0" .*measurements: .*0.19.0, 0.24.0',
         ),
     ],
 )
@@ -467,12 +472,12 @@ def no_engine(monkeypatch):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model_name": "Foo/Bar"}, r"no model 'Foo/Bar'; supported models: .*Qwen/Qwen3-32B"),
-        ({"system": "h999"}, r"system 'h999' is unknown to AIC; systems with data: .*h200_sxm"),
-        ({"system": "h100_pcie"}, r"'h100_pcie' has a spec but no performance data"),
-        ({"system": "b60"}, r"no trtllm data for system 'b60'; backends there: vllm"),
-        ({"backend_version": "9.9"}, r"no trtllm version '9.9' .*measurements: .*1.3.0rc20"),
-        ({"backend_version": "previous"}, r"version 'previous' .*aliases: current=1.3.0rc20"),
+        ({"model_name": "Foo/Bar"}, r'no model "Foo/Bar"; supported models: .*Qwen/Qwen3-32B'),
+        ({"system": "h999"}, r'system "h999" is unknown to AIC; systems with data: .*h200_sxm'),
+        ({"system": "h100_pcie"}, r'"h100_pcie" has a spec but no performance data'),
+        ({"system": "b60"}, r'no trtllm data for system "b60"; backends there: vllm'),
+        ({"backend_version": "9.9"}, r'no trtllm version "9.9" .*measurements: .*1.3.0rc20'),
+        ({"backend_version": "previous"}, r'version "previous" .*aliases: current=1.3.0rc20'),
         ({"tp": 16}, r"no all-reduce measurement over 16 GPUs .*measured: 1, 2, 4, 8"),
         ({"tp": 3}, r"over 3 GPUs .*measured: 1, 2, 4, 8"),
     ],
@@ -507,6 +512,7 @@ def test_version_aliases_resolve_to_a_version(tmp_path):
 @needs_aic
 def test_aic_sections_become_tables(aic_cache, qwen_table):
     config = {
+        "cluster": {"mode": "disaggregated"},
         "engine": {"backend": "trtllm", "tensor_parallel_size": 1},
         "timing": {"model": "aic", **QWEN},
         "decode": {"timing": {"model": "aic", **QWEN, "tp": 1}, "engine": None},
@@ -520,7 +526,7 @@ def test_aic_sections_become_tables(aic_cache, qwen_table):
     assert config["timing"]["model"] == "aic"  # the input is not modified
     if "tensor_parallel_size" not in dynosim.EngineConfig.model_fields:
         out["engine"] = {}
-    cfg = dynosim.SimConfig.model_validate({**out, "cluster": {"mode": "disaggregated"}})
+    cfg = dynosim.SimConfig.model_validate(out)
     assert cfg.decode.timing.model == "op_tables"
 
 

@@ -64,6 +64,23 @@ def test_explaining_changes_nothing_else_and_survives_a_round_trip(tmp_path):
     assert again.to_json() == explained.to_json()
 
 
+def test_a_damaged_breakdown_is_refused_naming_it(tmp_path):
+    data = json.loads(dynosim.replay(_two_requests(), FIXED).to_json())
+    data["breakdown"]["ranks"][0]["passes"]["prefill_only"]["mean_ms"] = "fast"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        dynosim.errors.ReportError,
+        match=r"breakdown\.ranks\[0\]\.passes\.prefill_only\.mean_ms: expected a number",
+    ):
+        dynosim.load_report(path)
+    # A report whose configuration says explained carries its breakdown and stage columns.
+    del data["breakdown"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(dynosim.errors.ReportError, match="breakdown: expected exactly when"):
+        dynosim.load_report(path)
+
+
 def test_cli_explain_prints_the_tables(capsys):
     argv = ["replay", "--synthetic", "--isl", "8", "--osl", "3", "--count", "4", "--rate", "50"]
     fixed = ["--timing", "fixed", "--prefill-ms", "10", "--decode-ms", "1", "--no-progress"]

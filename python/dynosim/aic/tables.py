@@ -48,6 +48,8 @@ import json
 import logging
 import math
 import os
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -521,8 +523,9 @@ def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[st
     arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in OP_TABLE_ARRAYS}
     for part, values in tables.non_attention_parts.items():
         arrays[_PART_ARRAY + part] = np.asarray(values, dtype=np.float64)
-    # Written beside, then renamed: a concurrent run never reads a half-written file.
-    write_npz(path, {**arrays, "aic_meta": np.array(meta)})
+    # Written beside, then renamed: a concurrent run never reads a half-written file. The cache
+    # is dynosim's own directory: a link planted there is replaced, not followed.
+    write_npz(path, {**arrays, "aic_meta": np.array(meta)}, fresh=True)
 
 
 def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
@@ -542,8 +545,18 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
             return OpTables(
                 **{name: npz[name] for name in OP_TABLE_ARRAYS}, non_attention_parts=parts
             )
-    except (OSError, ValueError, KeyError, ConfigError) as e:
-        warn(f"{path}: ignoring an unreadable cached AIC table ({e})")
+    # A truncated or damaged file (a run killed while another copied it in, a full disk) is
+    # no zip, an early end, or a member that does not inflate: rebuilt like a missing one.
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        ConfigError,
+    ) as e:
+        warn(f"{path}: ignoring an unreadable cached AIC table ({type(e).__name__}: {e})")
         return None
 
 

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dynosim._validation import shown
 from dynosim.aic.database import (
     bundled_model_config,
     is_moe,
@@ -127,7 +128,7 @@ def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
     if not known_versions(spec.system, spec.backend):
         backends = supported_backends(spec.system)  # names an unknown system, or one without data
         raise ConfigError(
-            f"AIC has no {spec.backend} data for system {spec.system!r}; backends there: "
+            f"AIC has no {spec.backend} data for system {shown(spec.system)}; backends there: "
             f"{', '.join(backends) or 'none'}"
         )
     version = resolve_version(spec.system, spec.backend, spec.backend_version)

@@ -24,7 +24,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from dynosim._files import atomic_open, write_atomic
+from dynosim._files import atomic_open
 from dynosim.cli.common import plain_warnings, run_command
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
@@ -513,7 +513,8 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
                 row.update(replay_ms=run.simulation_ms, wall_ms=run.wall_ms, cpu_ms=run.cpu_ms)
                 _write_jsonl(timings_out, {**row, "peak_rss_mib": run.peak_rss_mib})
     if args.report_json is not None:
-        write_atomic(args.report_json, report.to_json() + "\n")
+        with atomic_open(args.report_json) as fh:
+            report.write_json(fh)
     console.print(render_summary(report, str(args.trace)))
     if peer is None:
         console.print(timing_table(timings))

@@ -131,11 +131,13 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtraError as e:
         raise missing_extra_is_bad_input(e) from None
     make_dirs(out)
-    result.replays.to_csv(out / "replays.csv")
-    result.pareto.to_csv(out / "pareto.csv")
+    # Files of the output directory are created fresh: a link planted there is replaced.
+    write_atomic(out / "replays.csv", result.replays.csv_text(), fresh=True)
+    write_atomic(out / "pareto.csv", result.pareto.csv_text(), fresh=True)
     if plot:
         title = f"dynosim plan of {source}: {args.model} on {args.system}"
-        pareto_page(result.replays, result.pick, title, out / "pareto.html", result.pareto.rows)
+        page = pareto_page(result.replays, result.pick, title, front=result.pareto.rows)
+        write_atomic(out / "pareto.html", page, fresh=True)
     console = wide_console()
     console.print(
         f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "
@@ -172,9 +174,8 @@ def run(args: argparse.Namespace) -> int:
     # dynosim render and dynosim validate --candidate.
     deployed = result.rendered.deployed if result.rendered is not None else result.candidate
     assert deployed is not None  # a pick has its candidate
-    write_atomic(
-        out / "candidate.yaml", yaml.safe_dump(deployed.model_dump(mode="json"), sort_keys=False)
-    )
+    candidate = yaml.safe_dump(deployed.model_dump(mode="json"), sort_keys=False)
+    write_atomic(out / "candidate.yaml", candidate, fresh=True)
     if result.rendered is not None:
         for warning in result.rendered.aic_warnings:
             print(f"dynosim: AIC {warning}", file=sys.stderr)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import matplotlib
-from dynosim._files import write_atomic
+from dynosim._files import atomic_open
 from dynosim.cli import measured
 from dynosim.cli.breakdown import render_breakdown
 from dynosim.cli.common import (
@@ -340,10 +340,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(render_breakdown(report))
     if real:
         console.print(measured.render_comparison(compare_measured(report, real[0])))
+    # Written a column slice at a time: the JSON of millions of requests is never held whole.
     if args.json == "-":
-        sys.stdout.write(report.to_json() + "\n")
+        report.write_json(sys.stdout)
     elif json_file is not None:
-        write_atomic(json_file, report.to_json() + "\n")
+        with atomic_open(json_file) as fh:
+            report.write_json(fh)
     if args.html is not None:
         report.to_html(args.html)
         console.print(f"wrote {args.html}")

@@ -130,11 +130,12 @@ def _with_mixed_decode(table: MixedDecodeAttention) -> OpTables:
     )
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def write_npz(path: Path, arrays: dict[str, np.ndarray], *, fresh: bool = False) -> None:
     """Write ``arrays`` to the compressed .npz file ``path`` (exactly that name, through a
-    temporary file renamed at the end)."""
+    temporary file renamed at the end; ``fresh``: a file of dynosim's own directory, created
+    fresh, see :func:`dynosim._files.atomic_open`)."""
     # Through a file object: np.savez would append ".npz" to a path lacking it.
-    with atomic_open(path, "wb") as f:
+    with atomic_open(path, "wb", fresh=fresh) as f:
         np.savez_compressed(f, **arrays)
 
 

@@ -203,6 +203,7 @@ def _layouts(
         if mode not in ("aggregated", "disaggregated"):
             raise ConfigError(f"modes: expected aggregated and/or disaggregated, got {mode!r}")
     for name, values in (
+        ("modes", modes),
         ("tp", tp),
         ("prefill_tp", prefill_tp),
         ("decode_tp", decode_tp),
@@ -212,12 +213,17 @@ def _layouts(
     ):
         if values is None:
             continue
-        if not values or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
+        if name != "modes" and (
+            not values
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values)
         ):
             raise ConfigError(
                 f"{name}: expected a non-empty list of positive integers, got {list(values)!r}"
             )
+        # A value given twice would search its layouts twice, which adds nothing.
+        twice = [v for k, v in enumerate(values) if v in list(values)[:k]]
+        if twice:
+            raise ConfigError(f"{name}: {twice[0]} is given twice; give each value once")
     for d in dp:
         for e in ep:
             for b in batches:

@@ -223,12 +223,15 @@ fn config(p: Point, k: &Knobs) -> SimConfig {
     } else {
         c.cluster.num_workers = k.workers;
     }
-    // A block (4e5 bytes) takes 4 ms on the G1<->G2 link, 8 ms on the G2<->G3 link.
+    // With tiers, a block (4e5 bytes) takes 4 ms on the G1<->G2 link, 8 ms on the G2<->G3
+    // link (tier settings without tiers would be refused: they would do nothing).
     let o = &mut c.offload;
-    o.g1_g2_gbps = 0.1;
-    o.g2_g3_gbps = 0.05;
-    if k.wait_for_copies {
-        o.in_flight = InFlight::Wait;
+    if p.tiers != Tiers::None {
+        o.g1_g2_gbps = 0.1;
+        o.g2_g3_gbps = 0.05;
+        if k.wait_for_copies {
+            o.in_flight = InFlight::Wait;
+        }
     }
     match p.tiers {
         Tiers::None => {}

@@ -57,9 +57,12 @@ fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimCo
     c.offload.g2_blocks = g2;
     c.offload.g3_blocks = g3;
     c.offload.g3_shared = shared;
-    c.offload.g1_g2_gbps = 1.0;
-    c.offload.g2_g3_gbps = 0.5;
-    c.offload.in_flight = InFlight::Wait;
+    // The tiers' settings, which without tiers are an error (they would do nothing).
+    if g2.is_some() {
+        c.offload.g1_g2_gbps = 1.0;
+        c.offload.g2_g3_gbps = 0.5;
+        c.offload.in_flight = InFlight::Wait;
+    }
     c
 }
 
@@ -264,6 +267,16 @@ fn tier_settings_are_validated() {
         .starts_with("offload.g3_blocks: needs offload.g2_blocks"));
     let err = SimConfig::from_json(r#"{"offload": {"g1_g2_gbps": 0}}"#).unwrap_err();
     assert!(err.to_string().starts_with("offload.g1_g2_gbps: must be"));
+    // Without tiers a tier setting would do nothing: the replay refuses it, naming it (a
+    // document alone may get its G2 size from elsewhere, a flag).
+    let idle = SimConfig::from_json(r#"{"offload": {"writes": "free"}}"#).unwrap();
+    assert_eq!(
+        idle.check_replayable().unwrap_err().to_string(),
+        "offload.writes: applies to the offload tiers, and there are none: set \
+         offload.g2_blocks (--g2-blocks) to have them, or leave it at its default"
+    );
+    let at_default = SimConfig::from_json(r#"{"offload": {"writes": "flows"}}"#).unwrap();
+    assert!(at_default.check_replayable().is_ok());
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 mod cluster;
 mod dispatcher;
+pub mod memory;
 mod sampler;
 
 use crate::config::SimConfig;
@@ -67,6 +68,7 @@ fn run(
 ) -> Result<Report> {
     config.check_replayable()?;
     workload.validate()?;
+    workload.check_speedup(config.cluster.arrival_speedup_ratio)?;
     let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
     let mut cluster = Cluster::new(config, workload, prepared, ends_send)?;
     // Naming the blocks of a large workload takes a while: a stop asked meanwhile holds.

@@ -21,7 +21,7 @@ import dynosim
 from dynosim.bench import build_config
 from dynosim.bench import main as bench_main
 from dynosim.bench.offline_replay_bench import _parser
-from dynosim.cli import EXIT_BAD_INPUT, EXIT_FAILED
+from dynosim.cli import EXIT_BAD_INPUT
 from dynosim.compare import AISIMULATE_VERSION, AisimulateReplay, aisimulate_args, metric_rows
 from dynosim.compare import aisimulate as aisim
 from dynosim.compare import aisimulate_build as binary
@@ -29,6 +29,8 @@ from dynosim.config import EngineConfig, resolve
 from dynosim.errors import ConfigError, DynosimError, MissingExtraError, WorkloadError
 
 CONVERSATION = TRACES / "mooncake_conversation.jsonl"
+#: The development release whose links are shared max-min fairly.
+DEV = "0.13.0-dev.202611020000000092"
 
 
 @pytest.fixture
@@ -168,19 +170,20 @@ def _disagg(**kv: Any) -> dict:
         ),
         (
             _disagg(first_token="first_decode_pass"),
-            "kv_transfer.link_model: AISimulate moves every transfer at full bandwidth; compare "
-            "with link_model 'line_rate', got 'max_min'",
+            "kv_transfer.link_model: AISimulate 0.13.0 moves every transfer at full bandwidth; "
+            "compare with link_model 'line_rate', got 'max_min'",
         ),
         (
             _disagg(link_model="line_rate"),
-            "kv_transfer.first_token: AISimulate counts a first token after the decode worker's "
-            "first pass",
+            "kv_transfer.first_token: AISimulate 0.13.0 counts a first token after the decode "
+            "worker's first pass",
         ),
         (
             _disagg(
                 link_model="line_rate", first_token="first_decode_pass", kv_bytes_per_token=2.5
             ),
-            "kv_transfer.kv_bytes_per_token: AISimulate takes a whole number of bytes, got 2.5",
+            "kv_transfer.kv_bytes_per_token: AISimulate 0.13.0 takes a whole number of bytes, "
+            "got 2.5",
         ),
     ],
 )
@@ -220,8 +223,20 @@ def test_csv_traces_are_refused(tmp_path):
         (["--compare", "aisimulate", "--compare-timeout", "0"], "--compare-timeout must be pos"),
         (
             ["--serving-mode", "disagg", "--link-model", "max_min", "--compare", "aisimulate"],
-            "AISimulate moves every transfer at line rate; --compare aisimulate needs "
-            "--link-model line_rate",
+            "--link-model max_min: AISimulate 0.13.0 moves every transfer at full bandwidth; "
+            "--compare aisimulate needs --link-model line_rate",
+        ),
+        (
+            "--serving-mode disagg --link-model line_rate --compare aisimulate "
+            f"--aisimulate-version {DEV}".split(),
+            f"--link-model line_rate: AISimulate {DEV} shares each prefill rank's send link and "
+            "each decode rank's receive link max-min fairly; --compare aisimulate needs "
+            "--link-model max_min",
+        ),
+        (["--aisimulate-version", DEV], "--aisimulate-version: only with --compare aisimulate"),
+        (
+            ["--compare", "aisimulate", "--aisimulate-version", "0.12.0"],
+            "--aisimulate-version: invalid choice: '0.12.0'",
         ),
     ],
 )
@@ -232,36 +247,171 @@ def test_conflicting_compare_flags_exit_2(small_trace, argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_compare_defaults_to_line_rate_and_first_decode_pass():
+@pytest.mark.parametrize(("version", "links"), [(None, "line_rate"), (DEV, "max_min")])
+def test_compare_defaults_to_the_releases_links_and_first_decode_pass(version, links):
     parser = _parser()
     argv = ["t.jsonl", "--serving-mode", "disagg", "--kv-transfer-bandwidth", "5"]
-    args = parser.parse_args([*argv, "--kv-bytes-per-token", "262144", "--compare", "aisimulate"])
-    kv = build_config(args, parser).kv_transfer
-    assert (kv.link_model, kv.first_token) == ("line_rate", "first_decode_pass")
+    argv += ["--kv-bytes-per-token", "262144", "--compare", "aisimulate"]
+    if version is not None:
+        argv += ["--aisimulate-version", version]
+    kv = build_config(parser.parse_args(argv), parser).kv_transfer
+    assert (kv.link_model, kv.first_token) == (links, "first_decode_pass")
+
+
+def test_the_development_release_shares_links_with_each_end_its_bandwidth():
+    config = dynosim.load_config(
+        _disagg(
+            link_model="max_min",
+            first_token="first_decode_pass",
+            decode_bandwidth_gbps=2.0,
+        )
+    )
+    got = flags(aisimulate_args(config, 512, DEV))
+    assert (got["--kv-bandwidth-gbps"], got["--kv-recv-bandwidth-gbps"]) == ("8.0", "2.0")
+    # 0.13.0 delays each transfer at the slower end's bandwidth.
+    line_rate = config.model_copy(
+        update={"kv_transfer": config.kv_transfer.model_copy(update={"link_model": "line_rate"})}
+    )
+    got = flags(aisimulate_args(line_rate, 512))
+    assert got["--kv-bandwidth-gbps"] == "2.0" and "--kv-recv-bandwidth-gbps" not in got
+
+
+def test_an_unknown_release_is_refused_naming_the_known_ones():
+    with pytest.raises(
+        ConfigError,
+        match=r"aisimulate version '0\.12\.0': the comparison builds on "
+        r"aisimulate-core 0\.13\.0, 0\.13\.0-dev",
+    ):
+        aisimulate_args(dynosim.SimConfig(), 512, "0.12.0")
 
 
 # --- finding, building and running the binary (no real build) --------------------------------
 
 
 @pytest.fixture
-def no_built_binary(monkeypatch):
-    """Forget the binary built in this process and any $DYNOSIM_AISIM_BIN."""
+def no_built_binary(monkeypatch, tmp_path):
+    """Forget the binaries found in this process and any $DYNOSIM_AISIM_BIN; an empty cache."""
     monkeypatch.delenv(binary.BINARY_ENV, raising=False)
+    monkeypatch.delenv("CARGO_TARGET_DIR", raising=False)
+    monkeypatch.setenv("DYNOSIM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(binary, "_built", {})
 
 
 def test_missing_cargo_names_the_install(no_built_binary, monkeypatch, small_trace, capsys):
     monkeypatch.setenv("PATH", "")
-    with pytest.raises(MissingExtraError, match=r"builds rust/dynosim-aisim with cargo, which is"):
+    with pytest.raises(MissingExtraError, match=r"builds its replay \(dynosim-aisim\) with cargo"):
         binary.aisimulate_binary()
-    assert bench_main([str(small_trace), "--compare", "aisimulate"]) == EXIT_FAILED
-    assert "install a Rust toolchain >= 1.88" in capsys.readouterr().err
+    assert bench_main([str(small_trace), "--compare", "aisimulate"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"install a Rust toolchain >= 1.88 with `{binary.INSTALL_RUST}`" in err
 
 
 def test_an_installation_without_the_sources_says_so(no_built_binary, monkeypatch, tmp_path):
-    monkeypatch.setattr(binary, "SOURCE_ROOT", tmp_path)
-    with pytest.raises(MissingExtraError, match=r"which this installation does not include"):
+    monkeypatch.setattr(binary, "HARNESS", tmp_path / "nothing")
+    with pytest.raises(MissingExtraError, match=r"lacks AISimulate's replay sources"):
         binary.aisimulate_binary()
+
+
+CRATE_DIR = Path(__file__).resolve().parents[1] / "rust" / "dynosim-aisim"
+
+
+def test_the_packaged_sources_are_the_crate():
+    """The package data dynosim builds from is rust/dynosim-aisim, file for file (in a source
+    checkout, links to it; the wheel test checks the wheel's copies)."""
+    crate = {
+        p.relative_to(CRATE_DIR).as_posix()
+        for p in CRATE_DIR.rglob("*")
+        if p.is_file() and "target" not in p.relative_to(CRATE_DIR).parts
+    }
+    packaged = {p.relative_to(binary.HARNESS).as_posix() for p in binary.HARNESS.rglob("*")}
+    assert packaged - {"src"} == crate
+    for name in crate:
+        assert (binary.HARNESS / name).read_bytes() == (CRATE_DIR / name).read_bytes(), name
+
+
+def _pinned(lock: bytes) -> dict[str, str]:
+    tomllib = pytest.importorskip("tomllib")
+    return {p["name"]: p["version"] for p in tomllib.loads(lock.decode())["package"]}
+
+
+def test_each_release_has_a_lock_file_pinning_it_and_the_same_dependencies():
+    stable = _pinned(binary.harness_sources(AISIMULATE_VERSION)["Cargo.lock"])
+    assert stable["aisimulate-core"] == AISIMULATE_VERSION
+    locks = {p.name for p in binary.HARNESS.glob("Cargo*.lock")}
+    assert locks == {binary.lock_file(v) for v in aisim.RELEASES}
+    for version in aisim.RELEASES:
+        pinned = _pinned(binary.harness_sources(version)["Cargo.lock"])
+        assert pinned["aisimulate-core"] == version
+        # Each release resolves its dependencies as the stable one does, adding only its own.
+        assert {k: v for k, v in pinned.items() if k in stable and k != "aisimulate-core"} == {
+            k: v for k, v in stable.items() if k != "aisimulate-core"
+        }
+
+
+def fake_cargo(tmp_path: Path) -> Path:
+    """A directory holding a ``cargo`` that logs its calls and "builds" a binary printing the
+    crate's main.rs digest, in $CARGO_TARGET_DIR, with cargo's JSON message for it."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    cargo = bin_dir / "cargo"
+    cargo.write_text(
+        f"""#!{sys.executable}
+import hashlib, json, os, sys
+from pathlib import Path
+with open(os.environ["FAKE_CARGO_LOG"], "a") as log:
+    log.write(json.dumps([sys.argv[1:], os.getcwd(), os.environ["CARGO_TARGET_DIR"]]) + "\\n")
+out = Path(os.environ["CARGO_TARGET_DIR"]) / "release" / "dynosim-aisim"
+out.parent.mkdir(parents=True, exist_ok=True)
+digest = hashlib.sha256(Path("src/main.rs").read_bytes()).hexdigest()
+out.write_text("#!/bin/sh\\necho " + digest + "\\n")
+out.chmod(0o755)
+target = {{"name": "dynosim-aisim"}}
+print(json.dumps({{"reason": "compiler-artifact", "target": target, "executable": str(out)}}))
+"""
+    )
+    cargo.chmod(0o755)
+    return bin_dir
+
+
+def test_the_binary_is_built_once_in_the_cache_and_again_when_the_sources_change(
+    no_built_binary, monkeypatch, tmp_path
+):
+    log = tmp_path / "cargo.log"
+    monkeypatch.setenv("FAKE_CARGO_LOG", str(log))
+    monkeypatch.setenv("PATH", str(fake_cargo(tmp_path)))
+    harness = tmp_path / "harness"
+    shutil.copytree(binary.HARNESS, harness)
+    monkeypatch.setattr(binary, "HARNESS", harness)
+    lines: list[str] = []
+
+    def build() -> Path:
+        binary._built.clear()  # a new process
+        return binary.aisimulate_binary(DEV, announce=lines.append)
+
+    path = build()
+    folder = tmp_path / "cache" / "aisimulate" / DEV
+    assert path == folder / "dynosim-aisim"
+    ((argv, cwd, target),) = (json.loads(line) for line in log.read_text().splitlines())
+    assert argv[:3] == ["build", "--release", "--locked"]
+    assert (cwd, target) == (str(folder / "crate"), str(tmp_path / "cache/aisimulate/target"))
+    # The tree built is the release's: its lock file as Cargo.lock.
+    assert (folder / "crate/Cargo.lock").read_bytes() == (
+        harness / binary.lock_file(DEV)
+    ).read_bytes()
+    assert lines[0].startswith(
+        f"building AISimulate's replay on aisimulate-core {DEV}: cargo build"
+    )
+    assert lines[1].startswith(f"built {path} in ") and lines[1].endswith(" s")
+    first = subprocess.run([path], capture_output=True, text=True).stdout
+    assert build() == path and len(log.read_text().splitlines()) == 1  # reused
+    (harness / "src/main.rs").write_text("// changed\n" + (harness / "src/main.rs").read_text())
+    assert build() == path and len(log.read_text().splitlines()) == 2  # rebuilt
+    assert subprocess.run([path], capture_output=True, text=True).stdout != first
+    # A target directory given is used (builds may share compiled dependencies).
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(tmp_path / "shared"))
+    binary._built.clear()
+    binary.aisimulate_binary(AISIMULATE_VERSION)
+    assert json.loads(log.read_text().splitlines()[-1])[2] == str(tmp_path / "shared")
 
 
 def test_a_given_binary_must_be_executable(monkeypatch, tmp_path):

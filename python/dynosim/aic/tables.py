@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -55,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from dynosim._cache import default_cache_dir
 from dynosim._dependencies import aic_core
 from dynosim.aic.target import AicTarget, resolve_aic_timing
 from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables, SimConfig, resolve
@@ -131,12 +131,6 @@ def refine_axis(
             break
         axis = sorted({*axis, where})
     return axis
-
-
-def default_cache_dir() -> Path:
-    """``$DYNOSIM_CACHE_DIR``, else ``~/.cache/dynosim``."""
-    env = os.environ.get("DYNOSIM_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "dynosim"
 
 
 def table_cache_path(target: AicTarget, cache_dir: Path | None = None) -> Path:

@@ -1,8 +1,9 @@
 """Side by side with AISimulate, the simulator dynosim grew from, through its published Rust
-core (crates.io ``aisimulate-core`` 0.13.0; its Python wheel cannot be installed from PyPI).
+core (crates.io ``aisimulate-core``; its Python wheel cannot be installed from PyPI): the stable
+0.13.0 by default, or a development release (:data:`RELEASES`).
 
-The workspace crate ``rust/dynosim-aisim`` replays a Mooncake trace with AISimulate and prints
-its summary as JSON (:mod:`~dynosim.compare.aisimulate_build` builds it on first use). This
+The crate ``rust/dynosim-aisim`` replays a Mooncake trace with AISimulate and prints its summary
+as JSON (:mod:`~dynosim.compare.aisimulate_build` builds it on first use, per release). This
 module maps a dynosim configuration onto that binary's flags, runs it under a timeout and reads
 its summary, which has the keys of Dynamo's (the two share the model).
 
@@ -10,10 +11,11 @@ Only what both simulators model can be compared; the rest raises
 :class:`~dynosim.errors.ConfigError` naming the setting:
 
 - timing other than the polynomial model;
-- in disaggregation, links shared max-min fairly (AISimulate's published replay delays each
-  transfer by its size over the full bandwidth: use ``kv_transfer.link_model: line_rate``) and
-  a first token counted at the KV's arrival (AISimulate counts it after the decode worker's
-  first pass: ``kv_transfer.first_token: first_decode_pass``);
+- in disaggregation, another link model than the release's (0.13.0 delays each transfer by its
+  size over the full bandwidth: ``kv_transfer.link_model: line_rate``; the development release
+  shares each prefill rank's send link and each decode rank's receive link max-min fairly:
+  ``max_min``) and a first token counted at the KV's arrival (AISimulate counts it after the
+  decode worker's first pass: ``kv_transfer.first_token: first_decode_pass``);
 - routers other than round robin (the published replay composes no other placement);
 - KV offload tiers (AISimulate's G2/G3 tiers are another model: FIFO transfer lanes per rank,
   offload writes that take bandwidth, a latency to the first byte of G3);
@@ -27,14 +29,20 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynosim.compare.aisimulate_build import aisimulate_binary, run_program
+from dynosim.compare.aisimulate_build import (
+    BINARY_ENV,
+    DEFAULT_VERSION,
+    aisimulate_binary,
+    run_program,
+)
 from dynosim.compare.peer import (
     PeerRun,
-    line_rate_transfer,
     mooncake_trace,
+    peer_transfer,
     polynomial_timing,
     round_robin,
 )
@@ -42,8 +50,41 @@ from dynosim.config import RoleView, SimConfig, resolve
 from dynosim.errors import ConfigError, DynosimError
 
 PEER = "AISimulate"
-#: The ``aisimulate-core`` release ``rust/dynosim-aisim`` is pinned to.
-AISIMULATE_VERSION = "0.13.0"
+
+
+@dataclass(frozen=True)
+class Release:
+    """An ``aisimulate-core`` release the comparison builds on, and how its KV transfers use
+    links (a key of :data:`~dynosim.compare.peer.LINK_MODELS`)."""
+
+    version: str
+    link_model: str
+
+
+#: The releases ``--aisimulate-version`` takes, by version: the stable one (the default) and the
+#: development build whose P/D links are shared max-min fairly.
+RELEASES = {
+    r.version: r
+    for r in (
+        Release(DEFAULT_VERSION, link_model="line_rate"),
+        Release("0.13.0-dev.202611020000000092", link_model="max_min"),
+    )
+}
+#: The release compared with by default.
+AISIMULATE_VERSION = DEFAULT_VERSION
+
+
+def release(version: str) -> Release:
+    """The release of ``version``; ConfigError naming the known ones otherwise."""
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise ConfigError(
+            f"aisimulate version {version!r}: the comparison builds on aisimulate-core "
+            f"{', '.join(RELEASES)}"
+        ) from None
+
+
 #: Seconds one replay may take (the conversation trace takes about 6 s). AISimulate's SGLang
 #: engine can spin without progress on a request that never fits its cache.
 RUN_TIMEOUT_S = 600.0
@@ -119,12 +160,16 @@ def _engine_flags(role: RoleView, prefix: str) -> list[str]:
     ]
 
 
-def aisimulate_args(config: SimConfig, trace_block_size: int) -> list[str]:
-    """The ``dynosim-aisim`` flags (after the trace) that replay like ``config``.
+def aisimulate_args(
+    config: SimConfig, trace_block_size: int, version: str = AISIMULATE_VERSION
+) -> list[str]:
+    """The ``dynosim-aisim`` flags (after the trace) that replay like ``config`` on
+    aisimulate-core ``version``.
 
     ``trace_block_size`` is the number of prompt tokens per trace hash id (512 in the public
-    Mooncake traces). Raises ConfigError for settings AISimulate cannot model.
+    Mooncake traces). Raises ConfigError for settings that release cannot model.
     """
+    links = release(version).link_model
     round_robin(
         config,
         "AISimulate's published replay places requests round robin only (another "
@@ -152,24 +197,30 @@ def aisimulate_args(config: SimConfig, trace_block_size: int) -> list[str]:
     args += ["--mode", "disaggregated"]
     args += ["--prefill-workers", str(c.num_prefill_workers)]
     args += ["--decode-workers", str(c.num_decode_workers)]
-    transfer = line_rate_transfer(view, PEER)
+    transfer = peer_transfer(view, f"{PEER} {version}", links)
     if transfer is not None:
         args += ["--kv-bytes-per-token", str(transfer.bytes_per_token)]
-        args += ["--kv-bandwidth-gbps", _text(transfer.gbps), "--kv-sizing", transfer.sizing]
+        if links == "line_rate":
+            args += ["--kv-bandwidth-gbps", _text(transfer.gbps)]
+        else:
+            args += ["--kv-bandwidth-gbps", _text(transfer.send_gbps)]
+            args += ["--kv-recv-bandwidth-gbps", _text(transfer.recv_gbps)]
+        args += ["--kv-sizing", transfer.sizing]
     for role in ("prefill", "decode"):
         args += _engine_flags(view.roles[role], f"{role}.")
     return args
 
 
 class AisimulateReplay:
-    """AISimulate's replay of one Mooncake JSONL trace under one dynosim configuration,
-    checked, built and ready to run (as often as wanted).
+    """AISimulate's replay (aisimulate-core ``version``) of one Mooncake JSONL trace under one
+    dynosim configuration, checked, built and ready to run (as often as wanted).
 
     ``trace_block_size`` is the number of prompt tokens per trace hash id; ``timeout_s`` bounds
     each run (s). Construction fails early: WorkloadError for a trace AISimulate cannot read,
-    ConfigError for settings it cannot model, MissingExtraError when the binary can be neither
-    found nor built (no cargo), DynosimError when its build fails. ``announce``, if given, is
-    called with the build command before a build starts (it can take minutes).
+    ConfigError for an unknown version or settings it cannot model, MissingExtraError when the
+    binary can be neither found nor built (no cargo), DynosimError when its build fails.
+    ``announce``, if given, is called with a line before a build starts (it can take minutes)
+    and one with its time when it ends.
     """
 
     def __init__(
@@ -179,11 +230,13 @@ class AisimulateReplay:
         trace_block_size: int,
         timeout_s: float = RUN_TIMEOUT_S,
         announce: Callable[[str], None] | None = None,
+        version: str = AISIMULATE_VERSION,
     ) -> None:
         self.trace = mooncake_trace(trace, PEER)
-        self.args = aisimulate_args(config, trace_block_size)
+        self.version = version
+        self.args = aisimulate_args(config, trace_block_size, version)
         self.timeout_s = timeout_s
-        self.binary = aisimulate_binary(announce)
+        self.binary = aisimulate_binary(version, announce)
 
     def command(self) -> list[str]:
         """The command line of one run."""
@@ -207,11 +260,16 @@ class AisimulateReplay:
             )
         try:
             out = json.loads(done.stdout)
-            summary, wall = out["summary"], out["wall"]
+            summary, wall, built_on = out["summary"], out["wall"], out["version"]
         except (ValueError, KeyError, TypeError) as e:
             raise DynosimError(
                 f"dynosim-aisim printed no summary ({e}): {done.stdout[:200]!r}"
             ) from None
+        if built_on != self.version:
+            raise DynosimError(
+                f"{self.binary} is built on aisimulate-core {built_on}, not {self.version} "
+                f"(${BINARY_ENV} names one binary for one release)"
+            )
         return PeerRun(
             summary=summary,
             wall_ms=done.wall_ms,
@@ -224,7 +282,10 @@ class AisimulateReplay:
 
 __all__ = [
     "AISIMULATE_VERSION",
+    "RELEASES",
     "RUN_TIMEOUT_S",
     "AisimulateReplay",
+    "Release",
     "aisimulate_args",
+    "release",
 ]

@@ -14,7 +14,7 @@ usage: dynosim-aisim TRACE [--trace-block-size TOKENS] [--arrival-speedup R] [--
          [--mode aggregated|disaggregated] [--workers N]
          [--prefill-workers N] [--decode-workers N]
          [--kv-bytes-per-token BYTES] [--kv-bandwidth-gbps GB/s]
-         [--kv-sizing full_prompt|destination_missing]
+         [--kv-recv-bandwidth-gbps GB/s] [--kv-sizing full_prompt|destination_missing]
          [ENGINE FLAGS] [--prefill.ENGINE FLAG ...] [--decode.ENGINE FLAG ...]
          [--per-request FILE.jsonl]
 engine flags: --backend vllm|trtllm|sglang, --block-size TOKENS, --num-gpu-blocks N,
@@ -86,12 +86,16 @@ pub enum Topology {
     Disaggregated { prefill: usize, decode: usize },
 }
 
-/// KV transfers from prefill to decode workers (disaggregated mode): a fixed delay of
-/// tokens x bytes per token / bandwidth, or none when either is unset.
+/// KV transfers from prefill to decode workers (disaggregated mode), none when the bytes per
+/// token or the bandwidth is unset. aisimulate-core 0.13.0 delays each by tokens x bytes per
+/// token / bandwidth; its development releases share each prefill rank's send link
+/// (`bandwidth_gbps`) and each decode rank's receive link (`recv_bandwidth_gbps`, by default
+/// the same) max-min fairly.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Transfer {
     pub bytes_per_token: Option<usize>,
     pub bandwidth_gbps: Option<f64>,
+    pub recv_bandwidth_gbps: Option<f64>,
     pub sizing: TransferTimingMode,
 }
 
@@ -142,6 +146,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
         transfer: Transfer {
             bytes_per_token: None,
             bandwidth_gbps: None,
+            recv_bandwidth_gbps: None,
             sizing: TransferTimingMode::FullPrompt,
         },
         engine: EngineArgs::default(),
@@ -189,6 +194,9 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
             "decode-workers" => decode_workers = Some(number(&arg, &value)?),
             "kv-bytes-per-token" => a.transfer.bytes_per_token = Some(number(&arg, &value)?),
             "kv-bandwidth-gbps" => a.transfer.bandwidth_gbps = Some(number(&arg, &value)?),
+            "kv-recv-bandwidth-gbps" => {
+                a.transfer.recv_bandwidth_gbps = Some(number(&arg, &value)?)
+            }
             "kv-sizing" => a.transfer.sizing = variant(&arg, &value)?,
             "per-request" => a.per_request = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {arg}\n{USAGE}")),
@@ -199,6 +207,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
                 | "decode-workers"
                 | "kv-bytes-per-token"
                 | "kv-bandwidth-gbps"
+                | "kv-recv-bandwidth-gbps"
                 | "kv-sizing"
         ) {
             disagg_flags.push(arg);
@@ -255,7 +264,8 @@ mod tests {
         let a = args(
             "t.jsonl --mode disaggregated --prefill-workers 2 --decode-workers 3 \
              --num-gpu-blocks 100 --decode.num-gpu-blocks 50 --decode.decode-speedup-ratio 2 \
-             --kv-bytes-per-token 8 --kv-bandwidth-gbps 2.5 --kv-sizing destination_missing",
+             --kv-bytes-per-token 8 --kv-bandwidth-gbps 2.5 --kv-recv-bandwidth-gbps 1.5 \
+             --kv-sizing destination_missing",
         )
         .unwrap();
         assert_eq!(
@@ -271,6 +281,7 @@ mod tests {
         assert_eq!(decode.decode_speedup_ratio, Some(2.0));
         assert_eq!(a.transfer.bytes_per_token, Some(8));
         assert_eq!(a.transfer.bandwidth_gbps, Some(2.5));
+        assert_eq!(a.transfer.recv_bandwidth_gbps, Some(1.5));
         assert_eq!(a.transfer.sizing, TransferTimingMode::DestinationMissing);
     }
 

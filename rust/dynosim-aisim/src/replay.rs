@@ -31,7 +31,7 @@ pub struct Replay {
 /// block size, 16384 blocks, 256 sequences, 8192 batched tokens, chunked prefill, LIFO), then
 /// the given settings. Prefix caching and polynomial timing are set whatever AISimulate's
 /// defaults become, as dynosim always shares prefixes and the comparison is of that model.
-fn rank(e: &EngineArgs, transfer: Option<&Transfer>) -> EngineConfig {
+fn rank(e: &EngineArgs, transfer: Option<(&Transfer, Option<f64>)>) -> EngineConfig {
     let mut rank = EngineConfig::for_backend(e.backend.unwrap_or_default());
     if let Some(v) = e.block_size {
         rank.block_size = v;
@@ -59,20 +59,22 @@ fn rank(e: &EngineArgs, transfer: Option<&Transfer>) -> EngineConfig {
     }
     rank.enable_prefix_caching = true;
     rank.timing_model = TimingModelConfig::Polynomial;
-    if let Some(t) = transfer {
-        // Read from the prefill (source) rank: delay = tokens x bytes / bandwidth, a fixed
-        // delay; with either unset, the topology's handoff latency (0 here).
+    if let Some((t, bandwidth_gbps)) = transfer {
+        // The prefill (source) rank's prices a transfer: tokens x bytes / bandwidth, the
+        // delay (0.13.0) or the work on its send link (development releases, whose receive
+        // links take the decode rank's bandwidth); with either unset, the topology's handoff
+        // latency (0 here).
         rank.kv_transfer_bytes_per_token = t.bytes_per_token;
-        rank.kv_transfer_bandwidth = t.bandwidth_gbps;
+        rank.kv_transfer_bandwidth = bandwidth_gbps;
         rank.kv_transfer_timing_mode = t.sizing;
     }
     rank
 }
 
-fn role(e: &EngineArgs, transfer: &Transfer) -> ReplayRoleConfig {
+fn role(e: &EngineArgs, transfer: &Transfer, bandwidth_gbps: Option<f64>) -> ReplayRoleConfig {
     ReplayRoleConfig {
         tensor_parallel_size: e.tensor_parallel_size.unwrap_or(1),
-        rank: rank(e, Some(transfer)),
+        rank: rank(e, Some((transfer, bandwidth_gbps))),
         ..ReplayRoleConfig::default()
     }
 }
@@ -86,8 +88,10 @@ pub fn engine_config(a: &Args) -> ReplayEngineConfig {
             ..ReplayEngineConfig::default()
         },
         Topology::Disaggregated { .. } => {
-            let prefill = role(&a.prefill.or(&a.engine), &a.transfer);
-            let decode = role(&a.decode.or(&a.engine), &a.transfer);
+            let t = &a.transfer;
+            let prefill = role(&a.prefill.or(&a.engine), t, t.bandwidth_gbps);
+            let recv = t.recv_bandwidth_gbps.or(t.bandwidth_gbps);
+            let decode = role(&a.decode.or(&a.engine), t, recv);
             ReplayEngineConfig {
                 tensor_parallel_size: prefill.tensor_parallel_size,
                 rank: prefill.rank.clone(),

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -446,6 +447,13 @@ def test_a_failed_run_raises_its_message(monkeypatch, tmp_path, small_trace):
         AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
 
 
+def test_a_binary_built_on_another_release_is_refused(monkeypatch, tmp_path, small_trace):
+    out = {"summary": {}, "wall": {"replay_ms": 1, "trace_load_ms": 1}, "version": "0.12.0"}
+    fake_binary(monkeypatch, tmp_path, f"echo '{json.dumps(out)}'")
+    with pytest.raises(DynosimError, match=r"fake-aisim is built on aisimulate-core 0\.12\.0, "):
+        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+
+
 def test_a_timeout_kills_the_programs_children_too(tmp_path):
     pid_file = tmp_path / "pid"
     argv = ["/bin/sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"]
@@ -489,10 +497,11 @@ def aisim_bin() -> Path:
 
 
 @needs_aisimulate
-def test_binary_reports_the_pinned_version(aisim_bin):
+def test_binary_takes_help_and_its_crate_admits_every_release(aisim_bin):
     tomllib = pytest.importorskip("tomllib")
-    manifest = tomllib.loads((binary.SOURCE_ROOT / "rust/dynosim-aisim/Cargo.toml").read_text())
-    assert manifest["dependencies"]["aisimulate-core"] == f"={AISIMULATE_VERSION}"
+    manifest = tomllib.loads(binary.harness_sources(AISIMULATE_VERSION)["Cargo.toml"].decode())
+    # Each release's lock file pins it exactly; the manifest's range admits them all.
+    assert manifest["dependencies"]["aisimulate-core"] == f">={DEV}, <={AISIMULATE_VERSION}"
     assert manifest["package"]["rust-version"] == "1.88"
     help_run = subprocess.run([aisim_bin, "--help"], capture_output=True, text=True)
     assert help_run.returncode == 0 and "usage: dynosim-aisim TRACE" in help_run.stdout
@@ -597,6 +606,79 @@ def test_a_zero_delay_turn_joins_the_pass_starting_as_its_previous_turn_ends(ais
     assert ttft[0.5][0] == pytest.approx(ttft[0.5][1], abs=1e-6)
     ours, theirs = ttft[0.0]
     assert ours - theirs == pytest.approx(5.77, abs=0.05)  # one decode pass of one request
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mean_differences(table: str) -> dict[str, float]:
+    """The relative differences (%) of the side-by-side table's mean rows, by label."""
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 2 and cells[1].endswith("mean (ms)") and cells[-2].endswith(" %"):
+            out[cells[1]] = float(cells[-2].removesuffix(" %"))
+    return out
+
+
+@needs_aisimulate
+def test_a_wheel_installed_outside_the_checkout_builds_and_compares(aisim_bin, tmp_path):
+    """The wheel carries the crate's sources; installed in a fresh venv outside the checkout,
+    ``offline_replay_bench SAMPLE --compare aisimulate`` builds them into its cache (sharing
+    this process's target directory, where the checkout's build compiled AISimulate) and prints
+    the side-by-side table. Builds the wheel (the extension in release) and installs its
+    dependencies from the package index."""
+    if not (ROOT / "pyproject.toml").is_file():
+        pytest.skip("not a source checkout: no wheel to build")
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", wheels, ROOT], check=True, timeout=1800)
+    (wheel,) = wheels.glob("dynosim-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        prefix = "dynosim/compare/aisimulate_harness/"
+        shipped = {n[len(prefix) :]: zf.read(n) for n in zf.namelist() if n.startswith(prefix)}
+    crate = {
+        p.relative_to(CRATE_DIR).as_posix(): p.read_bytes()
+        for p in CRATE_DIR.rglob("*")
+        if p.is_file() and "target" not in p.relative_to(CRATE_DIR).parts
+    }
+    assert shipped == crate
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([python, *pip[1:], "install", wheel], check=True, timeout=1800)
+    run = tmp_path / "run"
+    run.mkdir()
+    where = subprocess.run(
+        [python, "-c", "import dynosim; print(dynosim.__file__, dynosim.sample_trace_path())"],
+        cwd=run,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert Path(where[0]).is_relative_to(venv)  # the wheel's dynosim, not the checkout's
+    shutil.copy(where[1], run / "mooncake_conversation_sample.jsonl")
+    env = {k: v for k, v in os.environ.items() if k != binary.BINARY_ENV}
+    env |= {
+        "DYNOSIM_CACHE_DIR": str(tmp_path / "cache"),
+        "CARGO_TARGET_DIR": str(binary.target_dir()),
+    }
+    bench = venv / "bin" / "offline_replay_bench"
+    done = subprocess.run(
+        [bench, "mooncake_conversation_sample.jsonl", "--compare", "aisimulate"],
+        cwd=run,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=binary.BUILD_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"building AISimulate's replay on aisimulate-core {AISIMULATE_VERSION}" in done.stderr
+    assert (tmp_path / "cache" / "aisimulate" / AISIMULATE_VERSION / "dynosim-aisim").is_file()
+    means = _mean_differences(done.stdout)
+    assert set(means) >= {"TTFT mean (ms)", "TPOT mean (ms)", "E2E mean (ms)"}, done.stdout
+    assert all(abs(d) <= 0.5 for d in means.values()), means
 
 
 #: The conversation trace through both simulators (block 64, trace block 512, polynomial

@@ -10,10 +10,11 @@ use std::time::Instant;
 use aisimulate_core::engine::{EngineConfig, TimingModelConfig};
 use aisimulate_core::replay::loadgen::{Trace, WorkloadDriver};
 use aisimulate_core::replay::{
-    ReplayAdapters, ReplayCaptureOptions, ReplayDeterminism, ReplayEngineConfig,
-    ReplayEngineFactory, ReplayReport, ReplayRoleConfig, ReplayRuntimeInput, ReplaySpec,
-    ReplayTopology, Replayer, SlaThresholds, WorkerPoolSpec, CURRENT_REPLAY_SPEC_VERSION,
+    ReplayCaptureOptions, ReplayDeterminism, ReplayEngineConfig, ReplayEngineFactory, ReplayReport,
+    ReplayRoleConfig, ReplayRuntimeInput, ReplaySpec, ReplayTopology, Replayer, WorkerPoolSpec,
+    CURRENT_REPLAY_SPEC_VERSION,
 };
+use serde_json::json;
 
 use crate::args::{Args, EngineArgs, Topology, Transfer};
 
@@ -122,19 +123,19 @@ fn topology(t: Topology) -> ReplayTopology {
 /// Loads the trace and replays it.
 pub fn run(a: &Args) -> Result<Replay> {
     let engine = engine_config(a);
-    let spec = ReplaySpec {
-        version: CURRENT_REPLAY_SPEC_VERSION,
-        topology: topology(a.topology),
-        engine: serde_json::to_value(&engine)?,
-        // Round-robin placement, no scaling: the only placement Replayer::new composes itself.
-        adapters: ReplayAdapters::default(),
-        max_sim_time_ms: None,
-        max_in_flight: a.concurrency,
-        // Per-request records: exact percentiles and each request's terminal status.
-        record_per_request: true,
-        sla: SlaThresholds::default(),
-        requests: Vec::new(), // the runtime input below supplies the requests
-    };
+    // Through serde, which fills what a release adds (the development releases' `encoder`)
+    // with its default: one source for every release. Round-robin placement and no scaling
+    // (the default adapters: the only placement Replayer::new composes itself); per-request
+    // records for exact percentiles and each request's terminal status; no requests here, the
+    // runtime input below supplies them.
+    let spec: ReplaySpec = serde_json::from_value(json!({
+        "version": CURRENT_REPLAY_SPEC_VERSION,
+        "topology": topology(a.topology),
+        "engine": engine,
+        "max_in_flight": a.concurrency,
+        "record_per_request": true,
+        "requests": [],
+    }))?;
 
     let t_load = Instant::now();
     let trace = Trace::from_mooncake(&a.trace, a.trace_block_size)?

@@ -46,7 +46,7 @@ from dynosim.compare.peer import (
     polynomial_timing,
     round_robin,
 )
-from dynosim.config import RoleView, SimConfig, resolve
+from dynosim.config import Resolved, RoleView, SimConfig, resolve
 from dynosim.errors import ConfigError, DynosimError
 
 PEER = "AISimulate"
@@ -59,6 +59,9 @@ class Release:
 
     version: str
     link_model: str
+    #: Whether its G2/G3 tiers share their links max-min fairly like dynosim's (compared), or
+    #: are another model (FIFO transfer lanes per rank: refused).
+    offload_tiers: bool
 
 
 #: The releases ``--aisimulate-version`` takes, by version: the stable one (the default) and the
@@ -66,12 +69,14 @@ class Release:
 RELEASES = {
     r.version: r
     for r in (
-        Release(DEFAULT_VERSION, link_model="line_rate"),
-        Release("0.13.0-dev.202611020000000092", link_model="max_min"),
+        Release(DEFAULT_VERSION, link_model="line_rate", offload_tiers=False),
+        Release("0.13.0-dev.202611020000000092", link_model="max_min", offload_tiers=True),
     )
 }
 #: The release compared with by default.
 AISIMULATE_VERSION = DEFAULT_VERSION
+#: The release whose offload tiers are compared.
+_TIERED = next(r.version for r in RELEASES.values() if r.offload_tiers)
 
 
 def release(version: str) -> Release:
@@ -160,6 +165,59 @@ def _engine_flags(role: RoleView, prefix: str) -> list[str]:
     ]
 
 
+def _offload_flags(config: SimConfig, view: Resolved, version: str) -> list[str]:
+    """The offload tiers (every rank's) as the binary's flags: dynosim's G2 is AISimulate's
+    host tier (its G1<->G2 link the host-to-device and device-to-host bandwidths), its G3 the
+    G3 tier per worker or, with ``g3_shared``, one pool whose caps are the pool link's (no cap
+    per worker, as dynosim has none). Refuses tiers the release cannot compare."""
+    o, rates = config.offload, view.offload
+    if rates is None:
+        return []
+    if not release(version).offload_tiers:
+        raise ConfigError(
+            f"offload.g2_blocks: AISimulate {version}'s offload tiers are another model (FIFO "
+            "transfer lanes per rank, a latency to G3's first byte); compare without offload "
+            f"tiers, or with --aisimulate-version {_TIERED}, got {o.g2_blocks}"
+        )
+    peer = f"{PEER} {version}"
+    for name, value, want in (
+        ("writes", o.writes, "flows"),  # its copies down take bandwidth
+        ("in_flight", o.in_flight, "recompute"),  # a block still in flight is no hit
+    ):
+        if value != want:
+            raise ConfigError(f"offload.{name}: {peer} models {want!r} only, got {value!r}")
+    bytes_per_token = view.kv_transfer.bytes_per_token
+    if bytes_per_token != int(bytes_per_token):
+        raise ConfigError(
+            f"kv_transfer.kv_bytes_per_token: {peer} sizes offload copies in whole bytes, got "
+            f"{bytes_per_token}"
+        )
+    args = ["--kv-cache-bytes-per-token", str(int(bytes_per_token))]
+    args += ["--host-blocks", str(o.g2_blocks), "--h2d-gbps", _text(rates.g1_g2_read_gbps)]
+    args += ["--d2h-gbps", _text(rates.g1_g2_write_gbps)]
+    if o.g3_blocks is None:
+        return args
+    if config.cluster.mode != "aggregated":
+        raise ConfigError(
+            f"offload.g3_blocks: {peer} models G3 offload for aggregated workers only; compare "
+            f"without G3 in disaggregation, got {o.g3_blocks}"
+        )
+    if o.g3_duplex != "full":
+        raise ConfigError(
+            f"offload.g3_duplex: {peer}'s G3 reads and writes have a capacity each; compare with "
+            f"g3_duplex 'full', got {o.g3_duplex!r}"
+        )
+    read, write = rates.g2_g3_read_gbps, rates.g2_g3_write_gbps
+    args += ["--g3-blocks", str(o.g3_blocks)]
+    if o.g3_shared:
+        args += ["--g3-scope", "cluster_shared", "--g3-read-gbps", "0", "--g3-write-gbps", "0"]
+        args += ["--g3-shared-read-gbps", _text(read), "--g3-shared-write-gbps", _text(write)]
+    else:
+        args += ["--g3-scope", "worker_local"]
+        args += ["--g3-read-gbps", _text(read), "--g3-write-gbps", _text(write)]
+    return args
+
+
 def aisimulate_args(
     config: SimConfig, trace_block_size: int, version: str = AISIMULATE_VERSION
 ) -> list[str]:
@@ -175,12 +233,6 @@ def aisimulate_args(
         "AISimulate's published replay places requests round robin only (another "
         "router needs a custom composition)",
     )
-    if config.offload.g2_blocks is not None:
-        raise ConfigError(
-            "offload.g2_blocks: AISimulate's offload tiers are another model (FIFO transfer "
-            "lanes per rank, offload writes that take bandwidth, a latency to G3's first byte); "
-            f"compare without offload tiers, got {config.offload.g2_blocks}"
-        )
     c = config.cluster
     view = resolve(config)
     args = [
@@ -191,6 +243,7 @@ def aisimulate_args(
     ]
     if c.concurrency is not None:
         args += ["--concurrency", str(c.concurrency)]
+    args += _offload_flags(config, view, version)
     if c.mode == "aggregated":
         args += ["--mode", "aggregated", "--workers", str(c.num_workers)]
         return args + _engine_flags(view.roles["aggregated"], "")

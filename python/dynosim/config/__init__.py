@@ -24,7 +24,7 @@ from dynosim.config.models import (
     TableTiming,
     TimingConfig,
 )
-from dynosim.config.resolved import Resolved, RoleView, TransferView, resolve
+from dynosim.config.resolved import Resolved, RoleView, TierRates, TransferView, resolve
 from dynosim.config.timing_table import load_timing_table, save_timing_table
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "SimConfig",
     "SlaConfig",
     "TableTiming",
+    "TierRates",
     "TimingConfig",
     "TransferView",
     "config_json_schema",

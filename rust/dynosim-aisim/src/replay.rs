@@ -7,7 +7,9 @@
 use std::error::Error;
 use std::time::Instant;
 
-use aisimulate_core::engine::{EngineConfig, TimingModelConfig};
+use aisimulate_core::engine::{
+    EngineConfig, G3OffloadConfig, G3Scope, NativeHostOffloadConfig, TimingModelConfig,
+};
 use aisimulate_core::replay::loadgen::{Trace, WorkloadDriver};
 use aisimulate_core::replay::{
     ReplayCaptureOptions, ReplayDeterminism, ReplayEngineConfig, ReplayEngineFactory, ReplayReport,
@@ -16,7 +18,7 @@ use aisimulate_core::replay::{
 };
 use serde_json::json;
 
-use crate::args::{Args, EngineArgs, Topology, Transfer};
+use crate::args::{Args, EngineArgs, Offload, Topology, Transfer};
 
 pub type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -32,7 +34,11 @@ pub struct Replay {
 /// block size, 16384 blocks, 256 sequences, 8192 batched tokens, chunked prefill, LIFO), then
 /// the given settings. Prefix caching and polynomial timing are set whatever AISimulate's
 /// defaults become, as dynosim always shares prefixes and the comparison is of that model.
-fn rank(e: &EngineArgs, transfer: Option<(&Transfer, Option<f64>)>) -> EngineConfig {
+fn rank(
+    e: &EngineArgs,
+    offload: &Offload,
+    transfer: Option<(&Transfer, Option<f64>)>,
+) -> EngineConfig {
     let mut rank = EngineConfig::for_backend(e.backend.unwrap_or_default());
     if let Some(v) = e.block_size {
         rank.block_size = v;
@@ -60,6 +66,10 @@ fn rank(e: &EngineArgs, transfer: Option<(&Transfer, Option<f64>)>) -> EngineCon
     }
     rank.enable_prefix_caching = true;
     rank.timing_model = TimingModelConfig::Polynomial;
+    if let Some(tiers) = host_tiers(offload) {
+        (rank.native_host_offload, rank.g3_offload) = tiers;
+        rank.kv_cache_bytes_per_token = offload.kv_cache_bytes_per_token;
+    }
     if let Some((t, bandwidth_gbps)) = transfer {
         // The prefill (source) rank's prices a transfer: tokens x bytes / bandwidth, the
         // delay (0.13.0) or the work on its send link (development releases, whose receive
@@ -72,10 +82,34 @@ fn rank(e: &EngineArgs, transfer: Option<(&Transfer, Option<f64>)>) -> EngineCon
     rank
 }
 
-fn role(e: &EngineArgs, transfer: &Transfer, bandwidth_gbps: Option<f64>) -> ReplayRoleConfig {
+/// A rank's G2 tier and, if any, its G3 tier: AISimulate's G2 defaults where a flag is not
+/// given; G3 bandwidths not given are unlimited, and no latency to G3's first byte (dynosim
+/// models none). None without `--host-blocks`.
+fn host_tiers(o: &Offload) -> Option<(Option<NativeHostOffloadConfig>, Option<G3OffloadConfig>)> {
+    let mut g2 = NativeHostOffloadConfig::new(o.host_blocks?);
+    g2.d2h_bandwidth_gbps = o.d2h_gbps.unwrap_or(g2.d2h_bandwidth_gbps);
+    g2.h2d_bandwidth_gbps = o.h2d_gbps.unwrap_or(g2.h2d_bandwidth_gbps);
+    let g3 = o.g3_blocks.map(|num_g3_blocks| G3OffloadConfig {
+        scope: o.g3_scope.unwrap_or(G3Scope::WorkerLocal),
+        num_g3_blocks,
+        latency_to_first_byte_ms: 0.0,
+        read_bandwidth_gbps: o.g3_read_gbps.unwrap_or(0.0),
+        write_bandwidth_gbps: o.g3_write_gbps.unwrap_or(0.0),
+        shared_read_bandwidth_gbps: o.g3_shared_read_gbps.unwrap_or(0.0),
+        shared_write_bandwidth_gbps: o.g3_shared_write_gbps.unwrap_or(0.0),
+    });
+    Some((Some(g2), g3))
+}
+
+fn role(
+    e: &EngineArgs,
+    offload: &Offload,
+    transfer: &Transfer,
+    bandwidth_gbps: Option<f64>,
+) -> ReplayRoleConfig {
     ReplayRoleConfig {
         tensor_parallel_size: e.tensor_parallel_size.unwrap_or(1),
-        rank: rank(e, Some((transfer, bandwidth_gbps))),
+        rank: rank(e, offload, Some((transfer, bandwidth_gbps))),
         ..ReplayRoleConfig::default()
     }
 }
@@ -85,14 +119,14 @@ pub fn engine_config(a: &Args) -> ReplayEngineConfig {
     match a.topology {
         Topology::Aggregated { .. } => ReplayEngineConfig {
             tensor_parallel_size: a.engine.tensor_parallel_size.unwrap_or(1),
-            rank: rank(&a.engine, None),
+            rank: rank(&a.engine, &a.offload, None),
             ..ReplayEngineConfig::default()
         },
         Topology::Disaggregated { .. } => {
             let t = &a.transfer;
-            let prefill = role(&a.prefill.or(&a.engine), t, t.bandwidth_gbps);
+            let prefill = role(&a.prefill.or(&a.engine), &a.offload, t, t.bandwidth_gbps);
             let recv = t.recv_bandwidth_gbps.or(t.bandwidth_gbps);
-            let decode = role(&a.decode.or(&a.engine), t, recv);
+            let decode = role(&a.decode.or(&a.engine), &a.offload, t, recv);
             ReplayEngineConfig {
                 tensor_parallel_size: prefill.tensor_parallel_size,
                 rank: prefill.rank.clone(),

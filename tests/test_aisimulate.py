@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import TRACES
 
@@ -754,3 +755,158 @@ def test_at_5_gbps_shared_links_queue_where_aisimulate_does_not(head_to_head, co
     assert shared.summary["ttft_ms"]["mean"] > 50 * theirs["mean_ttft_ms"]
     # The queue grows through the trace: the last thousand requests wait far longer.
     assert ttft[-1000:].mean() > 5 * ttft[:1000].mean()
+
+
+# --- against AISimulate's development release: links shared max-min fairly ------------------
+
+
+@pytest.fixture(scope="module")
+def dev_bin() -> Path:
+    """The binary built on the development release (built here whatever $DYNOSIM_AISIM_BIN
+    says: that names one release's binary)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(binary.BINARY_ENV, raising=False)
+        return binary.aisimulate_binary(DEV)
+
+
+def run_dev(dev_bin: Path, trace: Path, config: dynosim.SimConfig, tmp_path: Path) -> tuple:
+    """AISimulate's development release on ``trace``: its output and per-request records, in
+    trace order."""
+    records = tmp_path / "per_request.jsonl"
+    command = [dev_bin, trace, *aisimulate_args(config, 512, DEV), "--per-request", records]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    rows.sort(key=lambda r: int(r["uuid"].replace("-", ""), 16))  # numbered in trace order
+    return json.loads(done.stdout), rows
+
+
+def _links_case(tmp_path: Path, lengths: list[int], prefill: int, send: float, recv: float):
+    rows = [
+        {
+            "timestamp": 0,
+            "input_length": n,
+            "output_length": 4,
+            "hash_ids": [10 * i + b for b in range(n // 512)],
+        }
+        for i, n in enumerate(lengths)
+    ]
+    trace = tmp_path / "links.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = dynosim.load_config(
+        {
+            "cluster": {
+                "mode": "disaggregated",
+                "num_prefill_workers": prefill,
+                "num_decode_workers": 1,
+            },
+            "engine": {"block_size": 64},
+            "kv_transfer": {
+                "bandwidth_gbps": send,
+                "decode_bandwidth_gbps": recv,
+                "kv_bytes_per_token": 262_144,
+                "link_model": "max_min",
+                "first_token": "first_decode_pass",
+            },
+        }
+    )
+    return trace, config
+
+
+@needs_aisimulate
+def test_dev_links_share_as_a_hand_computed_case(dev_bin, tmp_path):
+    """Two transfers of 2048 and 3072 prompt tokens x 262,144 B (536,870,912 and 805,306,368
+    B) from two prefill workers into one decode worker: send links 10 GB/s, the receive link
+    5 GB/s (5e6 B/ms), the bottleneck. The short prompt's prefill ends first (t0) and its
+    transfer runs alone at 5e6 B/ms until the long one's starts (t1); then the receive link
+    is split 2.5e6 B/ms each until the first lands, and the second finishes alone at 5e6 B/ms.
+    With t0 = 49.3629 and t1 = 67.118 ms (the polynomial prefill times): the first lands at
+    t1 + (536,870,912 - 5e6 x 17.7551) / 2.5e6 = 246.356 ms, the second at 246.356 +
+    (805,306,368 - 2.5e6 x 179.238) / 5e6 = 317.798 ms. A second case: one prefill worker's
+    send link (5 GB/s) carries 1024- and 3072-token transfers started together: 2.5e6 B/ms
+    each, the first lands after 268,435,456 / 2.5e6 = 107.374 ms, the second 107.374 ms
+    later."""
+    for lengths, prefill, send, recv in (([2048, 3072], 2, 10.0, 5.0), ([1024, 3072], 1, 5.0, 5.0)):
+        trace, config = _links_case(tmp_path, lengths, prefill, send, recv)
+        ours = dynosim.replay(dynosim.load_trace(trace), config).requests
+        _, theirs = run_dev(dev_bin, trace, config, tmp_path)
+        (t0, t1) = ours["transfer_start_ms"]
+        assert [r["destination_reserved_ms"] for r in theirs] == pytest.approx([t0, t1], abs=1e-6)
+        a, b = (n * 262_144 for n in lengths)
+        fast = min(send, recv) * 1e6  # B/ms of a lone transfer
+        a_left = a - fast * (t1 - t0)
+        first = t1 + a_left / (fast / 2)
+        second = first + (b - (fast / 2) * (first - t1)) / fast
+        expected = [first, second]
+        assert list(ours["transfer_end_ms"]) == pytest.approx(expected, rel=1e-9)
+        # AISimulate activates a transfer when it lands (its decode worker is idle here); its
+        # records round times to the ns.
+        landed = [r["destination_activated_ms"] for r in theirs]
+        assert landed == pytest.approx(expected, abs=1e-5)
+        assert [r["ttft_ms"] for r in theirs] == pytest.approx(list(ours["ttft_ms"]), abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def dev_head_to_head(dev_bin, conversation, tmp_path_factory):
+    """Each run through dynosim and the development release, once: (dynosim report, its
+    output, its per-request records)."""
+    cache: dict[str, tuple[Any, dict, list]] = {}
+
+    def get(run: str, config: dict) -> tuple[Any, dict, list]:
+        if run not in cache:
+            loaded = dynosim.load_config(config)
+            report = dynosim.replay(conversation, loaded)
+            out, rows = run_dev(dev_bin, CONVERSATION, loaded, tmp_path_factory.mktemp(run))
+            cache[run] = (report, out, rows)
+        return cache[run]
+
+    return get
+
+
+def _means(report: Any, summary: dict) -> dict[str, float]:
+    rows = {row[0]: row for row in metric_rows(report, summary)}
+    return {
+        label: rows[label][3] for label in ("TTFT mean (ms)", "TPOT mean (ms)", "E2E mean (ms)")
+    }
+
+
+@needs_aisimulate
+def test_dev_max_min_means_at_25_gbps_within_1_percent(dev_head_to_head):
+    report, out, _ = dev_head_to_head("25", disaggregated(25.0, "max_min"))
+    assert report.completed_requests == out["requests"]["completed"] == 12_031
+    means = _means(report, out["summary"])
+    assert all(abs(rel) <= 0.01 for rel in means.values()), means
+
+
+@needs_aisimulate
+def test_at_5_gbps_the_development_release_holds_preempted_decodes_behind_handoffs(
+    dev_head_to_head,
+):
+    """At 5 GB/s the send links are oversubscribed, transfers queue for minutes and hold
+    their decode blocks while they move, so decode ranks run out of KV and preempt. AISimulate
+    retries pending handoff reservations whenever blocks free up, before its waiting queue, so
+    a preempted decode request (which needs room for its whole context) waits until the
+    handoffs stop, near the trace's end; dynosim readmits it at its next pass (vLLM's waiting
+    queue, preempted requests at its front). Mean TPOT then differs tenfold. With KV enough
+    that nothing is preempted, TPOT agrees, and TTFT within a few percent: simultaneous
+    prefill completions reach the round-robin decode placement in another order when the two
+    prefill pass times differ by a few hundredths of a ms, and the links then pair other
+    transfers."""
+    report, out, rows = dev_head_to_head("5", disaggregated(5.0, "max_min"))
+    last_arrival = max(r["arrival_time_ms"] for r in rows)
+    readmitted = [
+        h["at_ms"]
+        for r in rows
+        for h in r["admission_history"]
+        if h["pool"] == "decode" and h["is_readmission"]
+    ]
+    assert len(readmitted) > 100
+    assert sum(at > last_arrival for at in readmitted) > 0.9 * len(readmitted)
+    assert out["summary"]["max_tpot_ms"] > 100_000  # minutes between two tokens
+    assert np.nanmax(report.requests["tpot_ms"]) < 1_000
+    assert out["summary"]["mean_tpot_ms"] > 10 * report.summary["tpot_ms"]["mean"]
+    roomy = disaggregated(5.0, "max_min")
+    roomy["engine"]["num_gpu_blocks"] = 400_000
+    report, out, _ = dev_head_to_head("5 roomy", roomy)
+    assert report.summary["num_preemptions"] == 0
+    means = _means(report, out["summary"])
+    assert abs(means["TPOT mean (ms)"]) <= 0.005 and abs(means["TTFT mean (ms)"]) <= 0.05, means

@@ -317,18 +317,24 @@ def test_an_installation_without_the_sources_says_so(no_built_binary, monkeypatc
 CRATE_DIR = Path(__file__).resolve().parents[1] / "rust" / "dynosim-aisim"
 
 
-def test_the_packaged_sources_are_the_crate():
-    """The package data dynosim builds from is rust/dynosim-aisim, file for file (in a source
-    checkout, links to it; the wheel test checks the wheel's copies)."""
-    crate = {
-        p.relative_to(CRATE_DIR).as_posix()
+def crate_files() -> dict[str, bytes]:
+    """rust/dynosim-aisim's files (a build's target directory left out), by path."""
+    return {
+        p.relative_to(CRATE_DIR).as_posix(): p.read_bytes()
         for p in CRATE_DIR.rglob("*")
         if p.is_file() and "target" not in p.relative_to(CRATE_DIR).parts
     }
-    packaged = {p.relative_to(binary.HARNESS).as_posix() for p in binary.HARNESS.rglob("*")}
-    assert packaged - {"src"} == crate
-    for name in crate:
-        assert (binary.HARNESS / name).read_bytes() == (CRATE_DIR / name).read_bytes(), name
+
+
+def test_the_packaged_sources_are_the_crate():
+    """The package data dynosim builds from is rust/dynosim-aisim, file for file (in a source
+    checkout, links to it; the wheel test checks the wheel's copies)."""
+    packaged = {
+        p.relative_to(binary.HARNESS).as_posix(): p.read_bytes()
+        for p in binary.HARNESS.rglob("*")
+        if p.is_file()
+    }
+    assert packaged == crate_files()
 
 
 def _pinned(lock: bytes) -> dict[str, str]:
@@ -638,12 +644,7 @@ def test_a_wheel_installed_outside_the_checkout_builds_and_compares(aisim_bin, t
     with zipfile.ZipFile(wheel) as zf:
         prefix = "dynosim/compare/aisimulate_harness/"
         shipped = {n[len(prefix) :]: zf.read(n) for n in zf.namelist() if n.startswith(prefix)}
-    crate = {
-        p.relative_to(CRATE_DIR).as_posix(): p.read_bytes()
-        for p in CRATE_DIR.rglob("*")
-        if p.is_file() and "target" not in p.relative_to(CRATE_DIR).parts
-    }
-    assert shipped == crate
+    assert shipped == crate_files()
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)

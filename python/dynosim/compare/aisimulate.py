@@ -182,7 +182,7 @@ def _offload_flags(config: SimConfig, view: Resolved, version: str) -> list[str]
     peer = f"{PEER} {version}"
     for name, value, want in (
         ("writes", o.writes, "flows"),  # its copies down take bandwidth
-        ("in_flight", o.in_flight, "recompute"),  # a block still in flight is no hit
+        ("in_flight", o.in_flight, "wait"),  # a lookup of a pending block is deferred
     ):
         if value != want:
             raise ConfigError(f"offload.{name}: {peer} models {want!r} only, got {value!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -163,7 +164,9 @@ def _disagg(**kv: Any) -> dict:
         ),
         (
             {"offload": {"g2_blocks": 64}, "kv_transfer": {"kv_bytes_per_token": 2}},
-            "offload.g2_blocks: AISimulate's offload tiers are another model",
+            "offload.g2_blocks: AISimulate 0.13.0's offload tiers are another model (FIFO "
+            f"transfer lanes per rank, a latency to G3's first byte); compare without offload "
+            f"tiers, or with --aisimulate-version {DEV}, got 64",
         ),
         (
             {"engine": {"data_parallel_size": 2}},
@@ -276,6 +279,66 @@ def test_the_development_release_shares_links_with_each_end_its_bandwidth():
     )
     got = flags(aisimulate_args(line_rate, 512))
     assert got["--kv-bandwidth-gbps"] == "2.0" and "--kv-recv-bandwidth-gbps" not in got
+
+
+def _tiers(**offload: Any) -> dict:
+    return {
+        "cluster": {"num_workers": 4},
+        "kv_transfer": {"kv_bytes_per_token": 262_144},
+        "offload": {"g2_blocks": 4096, "g3_duplex": "full", "in_flight": "wait", **offload},
+    }
+
+
+def test_offload_tiers_map_to_the_development_releases_host_and_g3_tiers():
+    config = dynosim.load_config(
+        _tiers(g3_blocks=65_536, g3_shared=True, g1_g2_read_gbps=12.0, g2_g3_write_gbps=5.0)
+    )
+    got = flags(aisimulate_args(config, 512, DEV))
+    assert {
+        k: v for k, v in got.items() if k not in flags(aisimulate_args(_plain(config), 512, DEV))
+    } == {
+        "--kv-cache-bytes-per-token": "262144",
+        "--host-blocks": "4096",
+        "--h2d-gbps": "12.0",  # G2 -> G1: onboards
+        "--d2h-gbps": "14.0",  # G1 -> G2: offloads, g1_g2_gbps
+        "--g3-blocks": "65536",
+        "--g3-scope": "cluster_shared",
+        # The pool link's capacities; no cap per worker, as dynosim has none.
+        "--g3-read-gbps": "0",
+        "--g3-write-gbps": "0",
+        "--g3-shared-read-gbps": "7.0",
+        "--g3-shared-write-gbps": "5.0",
+    }
+    own = flags(aisimulate_args(dynosim.load_config(_tiers(g3_blocks=1024)), 512, DEV))
+    assert (own["--g3-scope"], own["--g3-read-gbps"], own["--g3-write-gbps"]) == (
+        "worker_local",
+        "7.0",
+        "7.0",
+    )
+
+
+def _plain(config: dynosim.SimConfig) -> dynosim.SimConfig:
+    return config.model_copy(update={"offload": dynosim.SimConfig().offload})
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {**_tiers(g3_blocks=1024), "cluster": {"mode": "disaggregated"}},
+            f"offload.g3_blocks: AISimulate {DEV} models G3 offload for aggregated workers only",
+        ),
+        (
+            _tiers(g3_blocks=1024, g3_duplex="half"),
+            f"offload.g3_duplex: AISimulate {DEV}'s G3 reads and writes have a capacity each",
+        ),
+        (_tiers(writes="free"), f"offload.writes: AISimulate {DEV} models 'flows' only"),
+        (_tiers(in_flight="recompute"), f"offload.in_flight: AISimulate {DEV} models 'wait' only"),
+    ],
+)
+def test_tiers_the_development_release_cannot_model_are_refused(config, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        aisimulate_args(dynosim.load_config(config), 512, DEV)
 
 
 def test_an_unknown_release_is_refused_naming_the_known_ones():

@@ -71,10 +71,10 @@ fn rank(
         rank.kv_cache_bytes_per_token = offload.kv_cache_bytes_per_token;
     }
     if let Some((t, bandwidth_gbps)) = transfer {
-        // The prefill (source) rank's prices a transfer: tokens x bytes / bandwidth, the
-        // delay (0.13.0) or the work on its send link (development releases, whose receive
-        // links take the decode rank's bandwidth); with either unset, the topology's handoff
-        // latency (0 here).
+        // The prefill (source) rank's bandwidth prices a transfer: tokens x bytes /
+        // bandwidth, the delay (0.13.0) or the work on its send link (development releases,
+        // whose receive links take the decode rank's bandwidth); with either unset, the
+        // topology's handoff latency (0 here).
         rank.kv_transfer_bytes_per_token = t.bytes_per_token;
         rank.kv_transfer_bandwidth = bandwidth_gbps;
         rank.kv_transfer_timing_mode = t.sizing;

@@ -14,6 +14,7 @@ directory (:func:`target_dir`), so that each compiles only what differs.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -161,6 +162,11 @@ def target_dir() -> Path:
     return Path(given) if given else default_cache_dir() / "aisimulate" / "target"
 
 
+def _kept(folder: Path) -> tuple[Path, Path]:
+    """The binary kept in a build folder, and the stamp of the sources it was built from."""
+    return folder / CRATE, folder / f"{CRATE}.sha256"
+
+
 #: Executables found or built in this process, by aisimulate-core version.
 _built: dict[str, Path] = {}
 
@@ -188,10 +194,26 @@ def aisimulate_binary(
     sources = harness_sources(version)
     digest = sources_digest(sources)
     folder = build_folder(version)
-    binary, stamp = folder / CRATE, folder / f"{CRATE}.sha256"
-    if binary.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        _built[version] = binary
-        return binary
+    binary, stamp = _kept(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # One build per folder at a time: another process waits, then finds the binary built.
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (binary.is_file() and stamp.is_file() and stamp.read_text().strip() == digest):
+            _build(version, sources, digest, folder, announce)
+    _built[version] = binary
+    return binary
+
+
+def _build(
+    version: str,
+    sources: Mapping[str, bytes],
+    digest: str,
+    folder: Path,
+    announce: Callable[[str], None] | None,
+) -> None:
+    """Build ``sources`` with cargo into ``folder``'s binary and stamp it with ``digest``."""
+    binary, stamp = _kept(folder)
     cargo = shutil.which("cargo")
     if cargo is None:
         raise MissingExtraError(
@@ -235,8 +257,6 @@ def aisimulate_binary(
     write_atomic(stamp, digest + "\n")
     if announce is not None:
         announce(f"built {binary} in {done.wall_ms / 1000.0:.0f} s")
-    _built[version] = binary
-    return binary
 
 
 __all__ = [

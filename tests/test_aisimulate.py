@@ -28,7 +28,7 @@ from dynosim.cli import EXIT_BAD_INPUT
 from dynosim.compare import AISIMULATE_VERSION, AisimulateReplay, aisimulate_args, metric_rows
 from dynosim.compare import aisimulate as aisim
 from dynosim.compare import aisimulate_build as binary
-from dynosim.config import EngineConfig, resolve
+from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, EngineConfig, resolve
 from dynosim.errors import ConfigError, DynosimError, MissingExtraError, WorkloadError
 
 CONVERSATION = TRACES / "mooncake_conversation.jsonl"
@@ -120,7 +120,8 @@ def test_disaggregated_settings_map_to_role_flags():
     assert got["--kv-bandwidth-gbps"] == "32.0"  # line rate: the slower end
     assert got["--kv-sizing"] == "destination_missing"
     default = config.engine
-    assert got["--prefill.num-gpu-blocks"] == str(default.num_gpu_blocks)
+    assert default.num_gpu_blocks is None  # unset: the core's default, without a model
+    assert got["--prefill.num-gpu-blocks"] == str(DEFAULT_NUM_GPU_BLOCKS)
     assert got["--decode.num-gpu-blocks"] == "4096"
     for role in ("prefill", "decode"):
         assert got[f"--{role}.backend"] == "vllm"

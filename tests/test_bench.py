@@ -17,6 +17,7 @@ from dynosim.bench import EXIT_NONDETERMINISTIC, PeakRss, first_difference, main
 from dynosim.bench import offline_replay_bench as bench
 from dynosim.cli import EXIT_BAD_INPUT, EXIT_FAILED
 from dynosim.compare import DynamoReplay, dynamo_replay_kwargs, metric_rows
+from dynosim.config import DEFAULT_NUM_GPU_BLOCKS
 from dynosim.errors import ConfigError, MissingExtraError, WorkloadError
 
 
@@ -216,7 +217,7 @@ def test_aggregated_settings_map_to_dynamo_engine_args():
     assert (kwargs["arrival_speedup_ratio"], kwargs["trace_block_size"]) == (2.0, 512)
     engine = kwargs["extra_engine_args"]["engine"]
     assert engine["block_size"] == 32 and engine["max_num_seqs"] == 64
-    assert engine["num_gpu_blocks"] == config.engine.num_gpu_blocks
+    assert engine["num_gpu_blocks"] == DEFAULT_NUM_GPU_BLOCKS  # unset: the core's default
     assert engine["preemption_mode"] == "fifo"
     assert (engine["speedup_ratio"], engine["decode_speedup_ratio"]) == (2.0, 1.0)
     assert engine["worker_type"] == "aggregated"
@@ -271,7 +272,7 @@ def test_disaggregated_settings_map_to_prefill_and_decode_args():
     decode = kwargs["decode_engine_args"]["engine"]
     assert (prefill["worker_type"], decode["worker_type"]) == ("prefill", "decode")
     assert decode["num_gpu_blocks"] == 4096
-    assert prefill["num_gpu_blocks"] == config.engine.num_gpu_blocks
+    assert prefill["num_gpu_blocks"] == DEFAULT_NUM_GPU_BLOCKS
     for engine in (prefill, decode):
         assert engine["kv_transfer_bytes_per_token"] == 64 * 2 * 8 * 128 * 2
         assert engine["kv_transfer_bandwidth"] == 32.0  # line rate: the slower end

@@ -609,3 +609,126 @@ def test_the_mapping_refuses_what_one_side_cannot_hold():
     )
     with pytest.raises(ConfigError, match=r"engine.block_size=64, decode.engine.block_size=16"):
         Candidate.from_config(split, model="m", system="s", backend="vllm", backend_version="1")
+
+
+MOE = "Qwen/Qwen3-30B-A3B"
+
+
+def moe_candidate(backend: str, mode: str, tp: int, dp: int, ep: int) -> Candidate:
+    role = {
+        "replicas": 2,
+        "tensor_parallel_size": tp,
+        "data_parallel_size": dp,
+        "expert_parallel_size": ep,
+        "max_batch_size": 64,
+    }
+    roles = {"aggregated": role} if mode == "aggregated" else {"prefill": role, "decode": role}
+    return Candidate(
+        mode=mode,
+        model=MOE,
+        system="h200_sxm",
+        backend=backend,
+        backend_version=VERSIONS[backend],
+        block_size=32,
+        **roles,
+    )
+
+
+def test_data_and_expert_parallel_candidates_map_to_their_simulation_and_back():
+    # TP 1 x DP 2 with the experts split 2 ways: each role is timed at that layout (DP 2 made
+    # to_config fail before: the timing section kept DP 1).
+    cand = moe_candidate("vllm", "disaggregated", tp=1, dp=2, ep=2)
+    config = cand.to_config()
+    for role in ("prefill", "decode"):
+        engine, timing = getattr(config, role).engine, getattr(config, role).timing
+        assert (engine.tensor_parallel_size, engine.data_parallel_size) == (1, 2)
+        assert (timing.tp, timing.dp, timing.ep) == (1, 2, 2)
+    assert dynosim.config.resolve(config).num_gpus == 2 * 2 + 2 * 2
+    assert Candidate.from_config(config) == cand
+    # A configuration timed otherwise has no expert split.
+    plain = dynosim.SimConfig(engine={"data_parallel_size": 2})
+    back = Candidate.from_config(plain, model="m", system="s", backend="vllm", backend_version="1")
+    assert back.aggregated.expert_parallel_size == 1
+
+
+@pytest.mark.parametrize(
+    ("backend", "tp", "dp", "ep", "message"),
+    [
+        # The simulation's own rule (the core's): EP divides the worker's TP x DP GPUs.
+        ("sglang", 2, 1, 3, "candidate.aggregated.expert_parallel_size: timing.ep: must divide "),
+        # vLLM splits over every GPU of a worker or not at all.
+        ("vllm", 2, 2, 2, "vLLM's expert parallelism (--enable-expert-parallel) spans every "),
+        ("trtllm", 1, 2, 2, "candidate.aggregated.data_parallel_size: TensorRT-LLM has no "),
+    ],
+)
+def test_a_layout_the_engine_cannot_run_is_refused(backend, tp, dp, ep, message):
+    with pytest.raises(ConfigError) as err:
+        moe_candidate(backend, "aggregated", tp=tp, dp=dp, ep=ep)
+    assert message in str(err.value)
+
+
+def test_to_config_keeps_the_base_roles_own_engine_sections():
+    # A base whose decode role has its own engine (a smaller pass budget, its own KV blocks
+    # and memory share): the candidate's decode engine starts from it, not from the shared one.
+    base = dynosim.SimConfig(
+        cluster={"mode": "disaggregated"},
+        engine={"max_num_batched_tokens": 4096},
+        decode={
+            "engine": {
+                "max_num_batched_tokens": 512,
+                "num_gpu_blocks": 1000,
+                "gpu_memory_utilization": 0.8,
+            }
+        },
+    )
+    config = candidate(
+        "vllm", "disaggregated", decode={"replicas": 1, "max_batch_size": 9}
+    ).to_config(base)
+    decode, prefill = config.decode.engine, config.prefill.engine
+    assert (decode.max_num_batched_tokens, decode.num_gpu_blocks) == (512, 1000)
+    assert decode.gpu_memory_utilization == 0.8 and decode.max_num_seqs == 9
+    assert (prefill.max_num_batched_tokens, prefill.num_gpu_blocks) == (4096, None)
+
+
+@pytest.mark.parametrize(
+    ("backend", "tp", "dp", "ep", "split"),
+    [
+        ("vllm", 1, 2, 2, ["--data-parallel-size", "--enable-expert-parallel"]),
+        ("vllm", 2, 1, 2, ["--enable-expert-parallel"]),
+        ("sglang", 2, 1, 2, ["--expert-parallel-size"]),
+        ("trtllm", 2, 1, 2, ["moe_expert_parallel_size: 2"]),
+    ],
+)
+def test_expert_parallel_renders_and_validates(aic, backend, tp, dp, ep, split):
+    cand = moe_candidate(backend, "disaggregated", tp=tp, dp=dp, ep=ep)
+    rendered = render_dgd(cand, SYNTH, OPTIONS)
+    assert rendered.validate() == []
+    for service in dgd(rendered.text)["spec"]["services"].values():
+        if service["componentType"] == "worker":
+            assert service["resources"]["limits"]["gpu"] == str(tp * dp)
+            assert all(word in launch(service) for word in split)
+    # The same manifest does not deploy the candidate without the split: the check says where.
+    plain = moe_candidate(backend, "disaggregated", tp=tp, dp=dp, ep=1)
+    problems = validate_manifest(
+        rendered.text,
+        rendered.deployed.model_copy(update={"prefill": plain.prefill, "decode": plain.decode}),
+    )
+    assert len(problems) == 2, problems  # one per role
+    assert all("expert" in p.message and "expert_parallel_size" in p.message for p in problems)
+
+
+def test_render_refuses_splits_it_cannot_deploy(aic):
+    dense = moe_candidate("vllm", "aggregated", tp=2, dp=1, ep=2).model_copy(
+        update={"model": "Qwen/Qwen3-32B"}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"candidate.aggregated.expert_parallel_size: expert "
+        r"parallelism splits the experts of a mixture-of-experts model, but "
+        r"Qwen/Qwen3-32B is dense; got ep=2",
+    ):
+        render_dgd(dense, SYNTH, OPTIONS)
+    # SGLang runs a MoE model's DP ranks as attention DP on --tp-size GPUs; AIC's generator
+    # would ask for tp-size x dp-size GPUs.
+    with pytest.raises(ConfigError, match=r"candidate.aggregated.data_parallel_size: SGLang "):
+        render_dgd(moe_candidate("sglang", "aggregated", tp=1, dp=2, ep=2), SYNTH, OPTIONS)

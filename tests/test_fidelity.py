@@ -58,7 +58,7 @@ def test_an_engine_version_aic_holds_in_part(cache, capsys):
     assert report["config"]["timing"]["model"] == "aic"
     assert priced["tables"].endswith(".npz")
     # num_gpu_blocks derived as vLLM sizes it, every term in the report.
-    cap = report["provenance"]["kv_capacity"]
+    cap = report["provenance"]["kv_capacity"]["engine"]
     assert cap["source"] == "aic" and cap["memory_fraction"] == 0.9
     assert report["config"]["engine"]["num_gpu_blocks"] == cap["num_gpu_blocks"]
     assert cap["num_gpu_blocks"] == int(cap["kv_memory_bytes_per_gpu"] // (131_072 * 16))
@@ -72,7 +72,7 @@ def test_moe_layout_from_the_command_line(cache):
     report = json.loads(out.read_text())
     assert report["provenance"]["timing"]["timing"]["layout"] == {"tp": 1, "dp": 2, "ep": 2}
     assert report["summary"]["num_gpus"] == 2  # one worker of 2 ranks of 1 GPU
-    cap = report["provenance"]["kv_capacity"]
+    cap = report["provenance"]["kv_capacity"]["engine"]
     assert (cap["dp"], cap["ep"], cap["comm_bytes"]) == (2, 2, 0.0)
 
 
@@ -80,7 +80,7 @@ def test_moe_layout_from_the_command_line(cache):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--model", "Qwen/Qwen3-32B", "--ep", "2"], "--ep"),
+        (["--model", "Qwen/Qwen3-32B", "--tp", "2", "--ep", "2"], "--ep"),
         (
             ["--model", "Qwen/Qwen3-30B-A3B", "--tp", "1", "--dp", "3", "--ep", "3"],
             "--tp/--dp/--ep",
@@ -88,7 +88,8 @@ def test_moe_layout_from_the_command_line(cache):
         (["--model", "Qwen/Qwen3-32B", "--backend-version", "0.18.0"], "--backend-version"),
         (
             ["--model", "Qwen/Qwen3-32B", "--gpu-memory-utilization", "1.5"],
-            "gpu_memory_utilization must be in (0, 1], got 1.5",
+            "engine.gpu_memory_utilization: must be in (0, 1] (a share of the GPU's memory), "
+            "got 1.5",
         ),
     ],
 )
@@ -100,4 +101,6 @@ def test_bad_layouts_and_versions_exit_2_naming_the_flag(cache, capsys, flags, m
 
 def test_ep_without_a_model_is_a_usage_error(capsys):
     assert main(["replay", "--ep", "2", "--no-progress"]) == EXIT_BAD_INPUT
-    assert "--ep applies to --timing aic" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--ep: AIConfigurator's model, GPU system, engine version and expert split" in err
+    assert "apply to --timing aic" in err

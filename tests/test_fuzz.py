@@ -176,9 +176,15 @@ def test_config_fuzz_gives_a_config_error_or_a_valid_config(doc):
         # Every error names where it is: a dotted path, or the document.
         assert str(exc).strip(), doc
         return
-    # A valid configuration: the core agrees, resolves it, and counts its GPUs exactly.
+    # A valid configuration: the core agrees (an unset num_gpu_blocks, which no model sizes
+    # here, is its default), resolves it, and counts its GPUs exactly.
     normalized = json.loads(dynosim._core.normalize_config_json(config.model_dump_json()))
-    assert SimConfig.model_validate(normalized) == config
+    expected = config.model_dump()
+    for holder in (expected, expected["prefill"], expected["decode"]):
+        engine = holder["engine"]
+        if engine is not None and engine["num_gpu_blocks"] is None:
+            engine["num_gpu_blocks"] = dynosim.config.DEFAULT_NUM_GPU_BLOCKS
+    assert SimConfig.model_validate(normalized) == SimConfig.model_validate(expected)
     view = resolve(config)
     assert view.num_gpus == sum(r.workers * r.gpus_per_worker for r in view.roles.values())
     assert view.num_gpus <= dynosim.config.LIMITS["max_gpus"]

@@ -46,10 +46,28 @@ def imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
     return {m for m in out if m == "dynosim" or m.startswith("dynosim.")}
 
 
+def with_packages(name: str, deps: set[str]) -> set[str]:
+    """``deps`` and the packages each is in, up to but not including the root: importing
+    ``dynosim.a.b`` runs ``dynosim/a/__init__.py`` first, unless ``name`` is inside
+    ``dynosim.a`` already (the package is then being imported)."""
+    out = set(deps)
+    for dep in deps:
+        parts = dep.split(".")
+        for i in range(2, len(parts)):
+            package = ".".join(parts[:i])
+            if name != package and not name.startswith(package + "."):
+                out.add(package)
+    return out
+
+
 def graph() -> dict[str, set[str]]:
     mods = modules()
     return {
-        name: {m for m in imported(name, tree, set(mods)) if m in mods and m != name}
+        name: {
+            m
+            for m in with_packages(name, imported(name, tree, set(mods)))
+            if m in mods and m != name
+        }
         for name, tree in mods.items()
     }
 
@@ -80,6 +98,22 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_finder_finds_a_planted_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_importing_a_module_imports_its_packages():
+    # dynosim.report importing dynosim.compare.measured runs dynosim/compare/__init__.py,
+    # which imports dynosim.compare.peer, which imports dynosim.report: a cycle between layers.
+    deps = with_packages("dynosim.report", {"dynosim.compare.measured"})
+    assert deps == {"dynosim.compare.measured", "dynosim.compare"}
+    # Within its own package a module imports its siblings without the package again.
+    assert with_packages("dynosim.compare.peer", {"dynosim.compare.aisimulate"}) == {
+        "dynosim.compare.aisimulate"
+    }
+    assert with_packages("dynosim.x", {"dynosim.a.b.c"}) == {
+        "dynosim.a.b.c",
+        "dynosim.a.b",
+        "dynosim.a",
+    }
 
 
 def test_imports_inside_the_package_form_no_cycle():

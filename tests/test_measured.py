@@ -456,7 +456,7 @@ def test_compare_measured_rows_by_hand():
     # Arrivals 0, 250, 1000 ms, far apart: each request prefills alone (10 ms: TTFT 10) and
     # decodes alone (2 ms a token): E2E 10 + 2 * 2 = 14, 10 + 3 * 2 = 16, 10 + 2 = 12.
     assert report.requests["e2e_ms"].tolist() == [14.0, 16.0, 12.0]
-    table = report.compare_measured(run)
+    table = dynosim.compare_measured(report, run)
     assert isinstance(table, MeasuredComparison)
     assert table == compare_measured(report, run)
     ttft = table.row("ttft_ms", "mean")
@@ -479,6 +479,7 @@ def test_compare_measured_rows_by_hand():
     ]
     assert len(table.rows) == 4 * 4 + 3
     assert (table.replayed, table.measured_records, table.not_replayed) == (3, 4, {"failed": 1})
+    assert (table.compared, table.left_out) == (3, 0)
     plain = table.to_dict()
     assert plain["rows"][0] == {
         "metric": "ttft_ms",
@@ -494,13 +495,41 @@ def test_compare_refuses_a_report_of_other_requests():
     run = load_measured(VLLM)
     other = dynosim.replay(load_measured(AIPERF).columns, FIXED_CONFIG)
     with pytest.raises(WorkloadError, match="the report is not a replay of the 3 requests"):
-        other.compare_measured(run)
+        dynosim.compare_measured(other, run)
 
 
 def test_compare_notes_sped_up_arrivals():
     run = load_measured(VLLM)
     report = dynosim.replay(run.columns, {**FIXED_CONFIG, "cluster": {"arrival_speedup_ratio": 2}})
-    assert any("divided every arrival gap by 2" in n for n in report.compare_measured(run).notes)
+    notes = dynosim.compare_measured(report, run).notes
+    assert any("divided every arrival gap by 2" in n for n in notes)
+
+
+def test_compare_the_requests_both_sides_completed():
+    run = load_measured(VLLM)
+    # Two 16-token blocks hold 32 tokens: the 40-token prompt (the second request by start)
+    # cannot fit, the others (10 + 3 and 30 + 2 tokens) can.
+    small = {**FIXED_CONFIG, "engine": {"block_size": 16, "num_gpu_blocks": 2}}
+    report = dynosim.replay(run.columns, small)
+    assert report.rejections() == [(1, "prompt_exceeds_kv_cache")]
+    table = dynosim.compare_measured(report, run)
+    assert (table.replayed, table.compared, table.left_out) == (3, 2, 1)
+    left = "1 requests the simulated deployment rejected are left out of both sides"
+    assert any(left in n for n in table.notes)
+    # The measured side of requests 0 and 2 only: TTFT 50 and 40, TPOT 15 and 30, E2E 80
+    # and 70, their chunk gaps 10, 20 and 30; from the first start to the last end (1,000 +
+    # 70 ms): 2 requests and 5 output tokens in 1.07 s.
+    assert table.row("ttft_ms", "mean").measured == approx(45.0)
+    assert table.row("tpot_ms", "mean").measured == approx(22.5)
+    assert table.row("e2e_ms", "p50").measured == approx(75.0)
+    assert table.row("itl_ms", "mean").measured == approx(20.0)
+    done = table.row("completed_requests")
+    assert (done.simulated, done.measured, done.error_pct) == (2, 2, 0.0)
+    assert table.row("request_throughput_rps").measured == approx(2 / 1.07)
+    assert table.row("output_token_throughput_tps").measured == approx(5 / 1.07)
+    # The simulated side is the report's own, over the same two requests.
+    assert table.row("ttft_ms", "mean").simulated == report.summary["ttft_ms"]["mean"]
+    assert report.summary["completed_requests"] == 2
 
 
 # --- the command line -----------------------------------------------------------------------
@@ -516,6 +545,18 @@ def test_cli_vllm_bench_side_by_side(capsys):
     assert "10.00" in ttft and "63.33" in ttft and "-84.2" in ttft
     rps = next(line for line in lines if "requests/s" in line)
     assert "2.96" in rps and "2.80" in rps and "+5.7" in rps
+    words = " ".join(out.split())  # the console wraps long lines
+    assert "0 rejected by the simulated deployment and left out of both sides; 3 compared" in words
+
+
+def test_cli_says_how_many_requests_were_left_out(capsys):
+    small = ["--block-size", "16", "--num-gpu-blocks", "2"]
+    assert main(["replay", str(VLLM), "--measured", "--no-progress", *FIXED, *small]) == 0
+    out = capsys.readouterr().out
+    words = " ".join(out.split())  # the console wraps long lines
+    assert "1 rejected by the simulated deployment and left out of both sides; 2 compared" in words
+    ttft = next(line for line in out.splitlines() if "TTFT (ms)" in line and "mean" in line)
+    assert "45.00" in ttft  # the measured mean of the two requests compared
 
 
 def test_cli_aiperf_side_by_side(capsys):

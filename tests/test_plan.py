@@ -1,13 +1,16 @@
 """dynosim.plan: the search over worker counts (bisection, its monotonicity check and the
 linear-scan fallback) on hand-made oracles, and plans of a real model with AIConfigurator:
-bisection against the full grid, bad input, rendering the pick."""
+bisection against the full grid, bad input, rendering the pick, DP/EP layouts of a
+mixture-of-experts model, a base's own role engines."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 from conftest import needs_aic
 
 import dynosim
+from dynosim.cli import main
 from dynosim.errors import ConfigError
 from dynosim.plan.search import Probe, cost, search, within
 
@@ -182,3 +185,66 @@ def test_plan_renders_and_validates_the_pick(small_trace):
     assert res.pick is not None and res.rendered is not None and res.problems == []
     assert f"replicas: {res.pick['replicas']}" in res.rendered.text
     assert res.candidate.aggregated.replicas == res.pick["replicas"] == 3
+
+
+@needs_aic
+def test_plan_picks_and_renders_a_data_and_expert_parallel_deployment(tmp_path, capsys):
+    # A mixture-of-experts model with attention DP 2 and its experts split 2 ways on vLLM.
+    out = tmp_path / "plan"
+    argv = [
+        "plan",
+        *("--synthetic", "--isl", "3000", "--osl", "200", "--rate", "8", "--count", "400"),
+        *("--model", "Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--backend", "vllm"),
+        *("--tp", "1", "--dp", "2", "--ep", "2"),
+        *("--sla-ttft-ms", "1000", "--sla-tpot-ms", "30", "--max-gpus", "8"),
+        *("--no-progress", "-o", str(out)),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "pick: aggregated tp1 dp2 ep2, 2 GPUs" in printed
+    picked = yaml.safe_load((out / "candidate.yaml").read_text())
+    assert picked["aggregated"] == {
+        "replicas": 1,
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "data_parallel_size": 2,
+        "expert_parallel_size": 2,
+        "max_batch_size": 256,
+    }
+    manifest = (out / "k8s_deploy.yaml").read_text()
+    assert "gpu: '2'" in manifest and "--enable-expert-parallel" in manifest
+    candidate = str(out / "candidate.yaml")
+    assert main(["validate", str(out / "k8s_deploy.yaml"), "--candidate", candidate]) == 0
+    assert "no problems" in capsys.readouterr().out
+    # Every replay ran the layout: two ranks of one GPU each, the experts split 2 ways.
+    rows = (out / "replays.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for line in rows[1:]:
+        row = dict(zip(header, line.split(","), strict=False))
+        assert (row["dp"], row["ep"]) == ("2", "2")
+
+
+@needs_aic
+def test_plan_keeps_the_base_roles_own_engines(small_trace):
+    # The decode role's own engine (a smaller pass budget) is kept by every candidate, and its
+    # KV blocks are derived for it (the budget sets the activation peak), not the shared one's.
+    base = {
+        "cluster": {"mode": "disaggregated"},
+        "engine": {"backend": "trtllm"},
+        "decode": {"engine": {"backend": "trtllm", "max_num_tokens": 1024}},
+    }
+    res = dynosim.plan(
+        small_trace,
+        **MODEL,
+        sla={"ttft_ms": 400, "tpot_ms": 25},
+        max_gpus=6,
+        tp=(1,),
+        modes=("disaggregated",),
+        base=base,
+        progress=False,
+    )
+    assert res.pick is not None
+    decode, prefill = res.config.decode.engine, res.config.prefill.engine
+    assert (decode.max_num_tokens, prefill.max_num_tokens) == (1024, None)
+    assert decode.num_gpu_blocks is not None and prefill.num_gpu_blocks is not None
+    assert decode.num_gpu_blocks > prefill.num_gpu_blocks  # a smaller activation peak

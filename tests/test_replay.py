@@ -168,7 +168,13 @@ def test_config_sources_agree(tmp_path):
     )
     assert from_yaml == from_dict
     assert (
-        from_yaml.engine.num_gpu_blocks
+        from_yaml.engine.max_num_seqs
+        == json.loads(_core.default_config_json())["engine"]["max_num_seqs"]
+    )
+    # Unset, the KV blocks are sized at the replay (the core's default without a model).
+    assert from_yaml.engine.num_gpu_blocks is None
+    assert (
+        dynosim.config.DEFAULT_NUM_GPU_BLOCKS
         == json.loads(_core.default_config_json())["engine"]["num_gpu_blocks"]
     )
     schema = dynosim.config.config_json_schema()

@@ -10,7 +10,8 @@ The package is layered, data flowing one way: ``workload`` (traces and synthetic
 columns) and ``config`` (typed settings) feed ``replay``, which runs the Rust core and returns a
 ``report``; ``aic`` (the one place that calls AIConfigurator) builds timing tables and model
 data; ``deploy`` turns a simulated candidate into a Kubernetes manifest; ``compare``, ``bench``
-and ``cli`` sit on top. Names from ``deploy`` are imported on first use.
+and ``cli`` sit on top. Names from ``deploy`` and ``compare_measured`` are imported on first
+use.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from dynosim.workload import (
 )
 
 if TYPE_CHECKING:
+    from dynosim.compare.measured import compare_measured
     from dynosim.deploy import (
         Candidate,
         LoweredWorkload,
@@ -75,19 +77,22 @@ if TYPE_CHECKING:
 
 #: Public names imported on first use, by the module that defines them.
 _LAZY = {
-    name: "dynosim.deploy"
-    for name in (
-        "Candidate",
-        "LoweredWorkload",
-        "Problem",
-        "RenderOptions",
-        "RenderedManifest",
-        "WorkerRole",
-        "load_candidate",
-        "lower_workload",
-        "render_dgd",
-        "validate_manifest",
-    )
+    **{
+        name: "dynosim.deploy"
+        for name in (
+            "Candidate",
+            "LoweredWorkload",
+            "Problem",
+            "RenderOptions",
+            "RenderedManifest",
+            "WorkerRole",
+            "load_candidate",
+            "lower_workload",
+            "render_dgd",
+            "validate_manifest",
+        )
+    },
+    "compare_measured": "dynosim.compare.measured",
 }
 
 
@@ -142,6 +147,7 @@ __all__ = [
     "TraceWorkload",
     "WorkerRole",
     "WorkloadError",
+    "compare_measured",
     "load_candidate",
     "load_config",
     "load_measured",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from dynosim._version import VERSION
 from dynosim.config import AicTiming, SimConfig, load_config
 from dynosim.errors import WorkloadError
 from dynosim.report import Report, config_sha256
+from dynosim.sizing import SizeMemo, resolve_sizes
 from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
 from dynosim.workload.identity import identity
 
@@ -37,18 +39,33 @@ def _columns(
     return columns, identity(workload, columns)
 
 
-def core_config(config: SimConfig, memo: dict | None = None) -> tuple[str, dict[str, Any]]:
-    """``config`` as the JSON document the core replays, and what priced each ``aic`` timing
-    section by its dotted path. The core prices passes from tables only, so ``aic`` sections
+@dataclass
+class Derivations:
+    """What :func:`core_config` derived so far, kept across calls (a sweep's candidates share
+    a few AIC timing sections and sizes): each distinct one is derived once, failures
+    included."""
+
+    tables: dict[Any, Any] = field(default_factory=dict)
+    sizes: SizeMemo = field(default_factory=dict)
+
+
+def core_config(config: SimConfig, memo: Derivations | None = None) -> tuple[str, dict[str, Any]]:
+    """``config`` as the JSON document the core replays, and the provenance of what was derived
+    for it. Sizes first (:func:`dynosim.sizing.resolve_sizes`: each role's KV blocks and the
+    KV bytes of a token, given or derived from the model, its ``kv_capacity`` and
+    ``kv_bytes_per_token``); then, as the core prices passes from tables only, ``aic`` sections
     become their ``op_tables`` timing (built once with AIConfigurator, then read from the
-    on-disk cache; ``memo``, kept across calls, resolves each distinct section once)."""
-    timings = (config.timing, config.prefill.timing, config.decode.timing)
+    on-disk cache; ``timing``: what priced each section by its dotted path)."""
+    memo = Derivations() if memo is None else memo
+    sized = resolve_sizes(config, memo.sizes)
+    notes = dict(sized.provenance)
+    timings = (sized.config.timing, sized.config.prefill.timing, sized.config.decode.timing)
     if not any(isinstance(t, AicTiming) for t in timings):
-        return config.model_dump_json(), {}
+        return sized.config.model_dump_json(), notes
     from dynosim.aic import aic_sections_to_tables
 
-    resolved, priced = aic_sections_to_tables(config.model_dump(), memo=memo)
-    return json.dumps(resolved), priced
+    resolved, notes["timing"] = aic_sections_to_tables(sized.config.model_dump(), memo=memo.tables)
+    return json.dumps(resolved), notes
 
 
 def core_config_json(config: SimConfig) -> str:
@@ -69,21 +86,28 @@ def replay(
         workload: a trace (``load_trace``), a ``SyntheticWorkload``, columns, or a trace path.
         config: a SimConfig, a dict of its fields, a YAML/JSON file path, or None for defaults.
         progress: show a progress bar on stderr when the run takes more than a second.
-        provenance: where settings came from, recorded in the report (for example how
-            ``num_gpu_blocks`` was derived); AIC timing sections add what priced them.
+        provenance: more of where settings came from, recorded in the report beside what
+            the replay derived (``kv_capacity``, ``kv_bytes_per_token``, ``timing``: see
+            :func:`core_config`).
 
     The replay runs in Rust without the GIL; Ctrl-C stops it within milliseconds
     (``KeyboardInterrupt``). The same workload and config give a byte-identical
-    ``Report.to_json()``. In the report's configuration an ``aic`` timing section
-    stays as given; its ``provenance["timing"]`` entry names the tables that priced it.
+    ``Report.to_json()``. The report's configuration holds the sizes used (given or derived,
+    :mod:`dynosim.sizing`); an ``aic`` timing section in it stays as given, its
+    ``provenance["timing"]`` entry naming the tables that priced it.
     """
     cfg = load_config(config)
     cols, trace = _columns(workload)
-    config_json, priced = core_config(cfg)
+    config_json, derived = core_config(cfg)
     raw = _replay_raw(cols, config_json, progress)
-    notes: dict[str, Any] = {"dynosim_version": VERSION, "trace": trace, **(provenance or {})}
+    notes: dict[str, Any] = {
+        "dynosim_version": VERSION,
+        "trace": trace,
+        **derived,
+        **(provenance or {}),
+    }
+    priced = derived.get("timing")
     if priced:
-        notes["timing"] = priced
         # Report the sections as given: the tables are named by their provenance.
         config_out = json.loads(raw["config_json"])
         given = cfg.model_dump(mode="json")
@@ -141,4 +165,4 @@ def _stderr_console():
     return Console(file=sys.stderr)
 
 
-__all__ = ["core_config_json", "replay"]
+__all__ = ["Derivations", "core_config", "core_config_json", "replay"]

@@ -9,17 +9,13 @@ import math
 import os
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dynosim import _core
 from dynosim._files import read_input
 from dynosim.errors import ReportError
-
-if TYPE_CHECKING:
-    from dynosim.compare.measured import MeasuredComparison
-    from dynosim.workload.measured import MeasuredRun
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.
 REJECT_REASONS: tuple[str, ...] = tuple(_core.reject_reason_names())
@@ -252,16 +248,6 @@ class Report:
         if metric not in _LATENCIES:
             raise KeyError(f"unknown latency metric {metric!r}; choose one of {_LATENCIES}")
         return self.summary[metric]
-
-    def compare_measured(self, measured: MeasuredRun) -> MeasuredComparison:
-        """This replay of ``measured.columns`` side by side with what the real benchmark
-        ``measured`` (``dynosim.load_measured``) measured: mean, p50, p90 and p99 of TTFT,
-        TPOT, ITL and E2E (ms), completed requests, requests/s and output tokens/s, with the
-        error in %. See :mod:`dynosim.compare.measured` for which metric is compared with
-        which."""
-        from dynosim.compare.measured import compare_measured
-
-        return compare_measured(self, measured)
 
     def __repr__(self) -> str:
         s = self.summary

@@ -72,12 +72,15 @@ def generate(
     k8s: dict[str, Any],
     gpus_per_node: int,
     sla: dict[str, int],
+    model: dict[str, Any] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Render with AIC's ``collect_generator_params`` then ``generate_backend_artifacts``, with
     ``preserve_engine_limits`` so AIC keeps the engine limits given.
 
-    ``roles`` maps each dynosim role to (workers, engine parameters). Returns the artifacts by
-    file name, exactly as AIC returned them, and the warnings AIC logged.
+    ``roles`` maps each dynosim role to (workers, engine parameters); ``model`` is what AIC's
+    rules read of the model (its ``ModelConfig``: ``is_moe`` makes them lay out the expert
+    split given in the engine parameters). Returns the artifacts by file name, exactly as AIC
+    returned them, and the warnings AIC logged.
 
     Raises:
         ManifestError: AIC's generator failed (its exception named), or returned no artifacts.
@@ -99,6 +102,8 @@ def generate(
                 generator_dynamo_version=release,
             )
             generator_params["preserve_engine_limits"] = True
+            if model is not None:
+                generator_params["ModelConfig"] = model
             artifacts = api.generate_backend_artifacts(
                 generator_params, backend, backend_version=backend_version
             )

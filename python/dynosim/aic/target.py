@@ -92,6 +92,22 @@ class AicTarget:
         )
 
 
+def expert_split_problem(model_name: str, ep: int) -> str | None:
+    """Why ``model_name`` cannot have its experts split ``ep`` ways (a dense model has none to
+    split), or None.
+
+    Raises:
+        ConfigError: AIC does not know the model.
+        MissingExtraError: AIConfigurator is not installed.
+    """
+    if ep != 1 and not is_moe(model_name):
+        return (
+            "expert parallelism splits the experts of a mixture-of-experts model, but "
+            f"{model_name} is dense; got ep={ep}"
+        )
+    return None
+
+
 def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
     """Check that AIC supports ``spec`` and resolve its backend version and what prices each
     family of operations; no engine is built. ``cache_dir`` holds the private systems folder
@@ -116,11 +132,8 @@ def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
         )
     version = resolve_version(spec.system, spec.backend, spec.backend_version)
     moe = is_moe(spec.model_name)
-    if spec.ep != 1 and not moe:
-        raise ConfigError(
-            f"timing.ep (--ep): expert parallelism splits the experts of a mixture-of-experts "
-            f"model, but {spec.model_name} is dense; got ep={spec.ep}"
-        )
+    if problem := expert_split_problem(spec.model_name, spec.ep):
+        raise ConfigError(f"timing.ep (--ep): {problem}")
     # The all-reduce spans the GPUs of one rank (tp); a MoE model's experts span tp x dp / ep.
     comm_gpus = {spec.tp} | ({spec.tp * spec.dp // spec.ep} if moe else set())
     # tp=1 needs no all-reduce data; reading it (pandas, parquet) costs half a second.
@@ -158,4 +171,4 @@ def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
     )
 
 
-__all__ = ["GRID_VERSION", "AicTarget", "resolve_aic_timing"]
+__all__ = ["GRID_VERSION", "AicTarget", "expert_split_problem", "resolve_aic_timing"]

@@ -36,7 +36,7 @@ from dynosim.compare.aisimulate import (
 )
 from dynosim.compare.dynamo import DynamoReplay
 from dynosim.compare.peer import LINK_MODELS, PeerRun, metric_rows
-from dynosim.config import ClusterConfig, SimConfig
+from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, ClusterConfig, SimConfig
 from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
 from dynosim.report import Report
@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         "--num-gpu-blocks",
         type=int,
         metavar="N",
-        help=f"KV blocks per rank (default {d.engine.num_gpu_blocks})",
+        help=f"KV blocks per rank (default {DEFAULT_NUM_GPU_BLOCKS:,})",
     )
     p.add_argument(
         "--max-num-seqs",

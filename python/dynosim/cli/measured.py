@@ -74,7 +74,8 @@ def render_comparison(comparison: MeasuredComparison) -> Any:
         Text(
             f"{comparison.measured_records:,} records, {comparison.replayed:,} replayed"
             + (f"; not replayed: {skipped}" if skipped else "")
-            + f"; {comparison.simulated_rejected:,} rejected by the simulated deployment"
+            + f"; {comparison.left_out:,} rejected by the simulated deployment and left out of "
+            f"both sides; {comparison.compared:,} compared"
         ),
         *(Text(f"note: {note}") for note in comparison.notes),
     ]

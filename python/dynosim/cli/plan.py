@@ -1,7 +1,7 @@
 """``dynosim plan``: the deployment of a model that serves a workload within an SLA on the
 fewest GPUs; prints the ranked candidates, writes ``pareto.csv``, ``replays.csv``, their
-picture ``pareto.html`` and the pick's manifest (``k8s_deploy.yaml`` and AIC's other
-artifacts)."""
+picture ``pareto.html``, the pick's ``candidate.yaml`` and its manifest (``k8s_deploy.yaml``
+and AIC's other artifacts)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import make_dirs
+import yaml
+
+from dynosim._files import make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     UsageError,
@@ -46,7 +48,8 @@ def add_parser(sub: Any) -> None:
         "--max-gpus, each timed with AIC, for the fewest GPUs meeting the SLA on TRACE (or "
         "--synthetic traffic), by bisection over worker counts. Prints the ranked candidates, "
         "writes DIR/pareto.csv, DIR/replays.csv, DIR/pareto.html (every replay on the Pareto "
-        "axes, with the plot extra) and the pick's DIR/k8s_deploy.yaml (validated against it). "
+        "axes, with the plot extra), the pick's DIR/candidate.yaml and its DIR/k8s_deploy.yaml "
+        "(validated against it; dynosim validate checks it again). "
         "Exits 1 when no candidate meets the SLA (the closest are shown). Needs "
         "pip install 'dynosim[aic]'.",
     )
@@ -58,6 +61,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-gpus", type=int, required=True, help="most GPUs a deployment may use")
     p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4, 8], help="TP sizes")
     p.add_argument(
+        "--dp", type=int, nargs="+", default=[1], help="DP ranks per worker (attention DP for MoE)"
+    )
+    p.add_argument(
+        "--ep",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="expert-parallel sizes (MoE models): a worker's TP x DP GPUs split the experts",
+    )
+    p.add_argument(
         "--modes",
         nargs="+",
         choices=["aggregated", "disaggregated"],
@@ -65,7 +78,11 @@ def add_parser(sub: Any) -> None:
         help="serving modes",
     )
     p.add_argument("--max-batch-size", type=int, nargs="+", help="batch caps (default: base's)")
-    p.add_argument("--config", type=Path, help="base configuration (routing, KV links, ...)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="base configuration (routing, KV links, each role's own engine, ...)",
+    )
     p.add_argument(
         "--search",
         choices=["bisect", "grid"],
@@ -82,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
     out: Path = check_output_dir(
-        args.output, "-o", ("replays.csv", "pareto.csv", "pareto.html", "k8s_deploy.yaml")
+        args.output,
+        "-o",
+        ("replays.csv", "pareto.csv", "pareto.html", "candidate.yaml", "k8s_deploy.yaml"),
     )
     workload, source = workload_from_args(args, sample_when_missing=False)
     plot = can_plot(f"{args.output}/pareto.html")
@@ -98,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
             max_gpus=args.max_gpus,
             modes=args.modes,
             tp=args.tp,
+            dp=args.dp,
+            ep=args.ep,
             max_batch_size=args.max_batch_size,
             base=load_config(args.config),
             search=args.search,
@@ -147,6 +168,13 @@ def run(args: argparse.Namespace) -> int:
     )
     pick = result.pick
     console.print(f"pick: {pick['layout']}, {pick['gpus']} GPUs (candidate {pick['index']})")
+    # The deployment as rendered (with the context length its manifest carries), for
+    # dynosim render and dynosim validate --candidate.
+    deployed = result.rendered.deployed if result.rendered is not None else result.candidate
+    assert deployed is not None  # a pick has its candidate
+    write_atomic(
+        out / "candidate.yaml", yaml.safe_dump(deployed.model_dump(mode="json"), sort_keys=False)
+    )
     if result.rendered is not None:
         for warning in result.rendered.aic_warnings:
             print(f"dynosim: AIC {warning}", file=sys.stderr)
@@ -160,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
             )
             return EXIT_FAILED
         console.print(
-            f"wrote {out}/k8s_deploy.yaml (valid for the pick), pareto.csv, replays.csv"
-            + (", pareto.html" if plot else "")
+            f"wrote {out}/k8s_deploy.yaml (valid for the pick), candidate.yaml, pareto.csv, "
+            "replays.csv" + (", pareto.html" if plot else "")
         )
     return 0
 

@@ -19,7 +19,8 @@ from dynosim.cli.common import (
 )
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
-from dynosim.config import AicTiming, EngineConfig, SimConfig, load_config, load_timing_table
+from dynosim.compare.measured import compare_measured
+from dynosim.config import SimConfig, load_config, load_timing_table
 from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
@@ -58,10 +59,11 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--concurrency", type=int, help="closed loop: at most N sessions in flight")
     m = r.add_argument_group(
         "model and GPUs (AIConfigurator names; pip install 'dynosim[aic]')",
-        "With --model and --system, num_gpu_blocks per rank is derived as vLLM sizes its "
-        "cache (GPU memory x --gpu-memory-utilization, less weights, the activation peak of a "
-        "max-num-batched-tokens pass, runtime and communication buffers, from AIC's memory "
-        "model; weights only for a config.json) unless --num-gpu-blocks is given.",
+        "With --timing aic, each rank's num_gpu_blocks is derived from --model and --system as "
+        "the engine sizes its cache (GPU memory x --gpu-memory-utilization, less weights, the "
+        "activation peak of a max-num-batched-tokens pass, runtime and communication buffers, "
+        "from AIC's memory model), and the KV bytes per token from the model's geometry, "
+        "unless --num-gpu-blocks / --kv-bytes-per-token are given.",
     )
     m.add_argument("--model", help="AIC model (e.g. Qwen/Qwen3-32B) or a Hugging Face config.json")
     m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
@@ -84,7 +86,8 @@ def add_parser(sub: Any) -> None:
     m.add_argument(
         "--gpu-memory-utilization",
         type=float,
-        help="share of GPU memory for weights, activations and KV (default 0.9, vLLM's)",
+        help="share of GPU memory for weights, activations and KV, of every engine (default "
+        "0.9, vLLM's)",
     )
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
     d.add_argument("--prefill-workers", type=int, help="prefill workers")
@@ -134,8 +137,8 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
-def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
-    """The configuration the flags describe, and how derived settings were derived."""
+def _config(args: argparse.Namespace) -> SimConfig:
+    """The configuration the flags describe."""
     data: dict[str, Any] = load_config(args.config).model_dump()
     for flag, section, key in (
         ("workers", "cluster", "num_workers"),
@@ -179,20 +182,28 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, dict[str, Any]]:
         data["cluster"]["mode"] = "disaggregated"
     _check_mode_flags(args, data["cluster"]["mode"])
     data["timing"] = _timing(args, data["timing"], data["engine"])
-    provenance: dict[str, Any] = {}
-    sized = args.model is not None and args.system is not None
-    if args.num_gpu_blocks is None and sized:
-        capacity = _capacity(args, data)
-        data["engine"]["num_gpu_blocks"] = capacity.num_gpu_blocks
-        provenance["kv_capacity"] = capacity.to_dict()
-    elif args.gpu_memory_utilization is not None:
+    if args.gpu_memory_utilization is not None:
+        _memory_share(args, data)
+    return SimConfig.model_validate(data)
+
+
+def _memory_share(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """--gpu-memory-utilization into every engine section, which sizes from it the KV blocks
+    it is not given (:mod:`dynosim.sizing`)."""
+    if args.num_gpu_blocks is not None:
         raise UsageError(
-            "--gpu-memory-utilization sizes the KV cache from --model and --system; "
-            + ("it has no effect with --num-gpu-blocks" if sized else "give both")
+            "--gpu-memory-utilization sizes the KV cache from the model and GPU; it has no "
+            "effect with --num-gpu-blocks"
         )
-    if args.ep is not None and data["timing"]["model"] != "aic" and not sized:
-        raise UsageError("--ep applies to --timing aic, or to sizing the KV cache of --model")
-    return SimConfig.model_validate(data), provenance
+    timed = [data["timing"]] + [(data[r] or {}).get("timing") for r in ("prefill", "decode")]
+    if not any(t and t["model"] == "aic" for t in timed):
+        raise UsageError(
+            "--gpu-memory-utilization sizes the KV cache from the model and GPU of --timing aic "
+            "(--model and --system)"
+        )
+    for holder in [data, *(data[r] for r in ("prefill", "decode") if data[r])]:
+        if holder.get("engine") is not None:
+            holder["engine"]["gpu_memory_utilization"] = args.gpu_memory_utilization
 
 
 #: Flags of KV transfers, which only disaggregated serving makes.
@@ -220,57 +231,11 @@ def _check_mode_flags(args: argparse.Namespace, mode: str) -> None:
         )
 
 
-def _capacity(args: argparse.Namespace, data: dict[str, Any]) -> Any:
-    """The KV capacity of one rank of --model on --system with the engine's layout."""
-    from dynosim.capacity import aic_kv_capacity, estimate_kv_capacity, is_model_file
-
-    engine = data["engine"]
-    settings = EngineConfig.model_validate(engine)
-    fraction = 0.9 if args.gpu_memory_utilization is None else args.gpu_memory_utilization
-    if is_model_file(args.model):
-        return estimate_kv_capacity(
-            args.model,
-            args.system,
-            tp=engine["tensor_parallel_size"],
-            memory_fraction=fraction,
-            block_size=settings.setting("block_size"),
-            backend=settings.backend,
-        )
-    timing = data["timing"]
-    spec = timing if timing["model"] == "aic" else _aic_spec(args, engine)
-    return aic_kv_capacity(
-        AicTiming(**{**spec, "backend": spec.get("backend") or settings.backend}),
-        block_size=settings.setting("block_size"),
-        max_num_batched_tokens=settings.pass_token_budget,
-        max_num_seqs=engine["max_num_seqs"],
-        gpu_memory_utilization=fraction,
-    )
-
-
-def _aic_spec(args: argparse.Namespace, engine: dict[str, Any]) -> dict[str, Any]:
-    """The aic timing section of --model, --system, --backend-version and the engine's layout
-    (--ep for the experts); it prices the engine's backend (--backend)."""
-    spec: dict[str, Any] = {"model": "aic", "model_name": args.model, "system": args.system}
-    if args.backend_version is not None:
-        spec["backend_version"] = args.backend_version
-    spec["tp"] = engine["tensor_parallel_size"]
-    spec["dp"] = engine["data_parallel_size"]
-    if args.ep is not None:
-        spec["ep"] = args.ep
-    return spec
-
-
 def _timing(
     args: argparse.Namespace, current: dict[str, Any], engine: dict[str, Any]
 ) -> dict[str, Any]:
     """The timing section after the --timing flags, checking they belong together."""
     model = args.timing or current["model"]
-    sizing = args.model is not None and args.system is not None
-    if model != "aic" and not sizing and args.backend_version:
-        raise UsageError(
-            "--backend-version applies to --timing aic, or to sizing the KV cache with --model "
-            "and --system"
-        )
     if model == "aic":
         spec = dict(current) if current["model"] == "aic" else {"model": "aic"}
         if args.backend is not None:
@@ -284,6 +249,17 @@ def _timing(
             raise UsageError(f"--timing aic needs {' and '.join(missing)}")
         # The tables are for the engine's layout.
         return {**spec, "tp": engine["tensor_parallel_size"], "dp": engine["data_parallel_size"]}
+    given = [
+        f"--{flag.replace('_', '-')}"
+        for flag in ("model", "system", "backend_version", "ep")
+        if getattr(args, flag) is not None
+    ]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: AIConfigurator's model, GPU system, engine version and expert "
+            "split apply to --timing aic (its step times, and the KV blocks and KV bytes per "
+            "token derived from them)"
+        )
     if model != "fixed" and (args.prefill_ms is not None or args.decode_ms is not None):
         raise UsageError("--prefill-ms and --decode-ms apply to --timing fixed only")
     if model != "table" and args.timing_table is not None:
@@ -320,18 +296,18 @@ def run(args: argparse.Namespace) -> int:
             matplotlib()
         except MissingExtraError as e:
             raise missing_extra_is_bad_input(e) from None
-    config, provenance = _config(args)
+    config = _config(args)
     real = measured.measured_run(args)  # None without --measured
     if real:
         workload, source = real[0].columns, real[1]
     else:
         workload, source = workload_from_args(args, sample_when_missing=True)
-    report = replay(workload, config, progress=not args.no_progress, provenance=provenance)
+    report = replay(workload, config, progress=not args.no_progress)
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))
     if real:
-        console.print(measured.render_comparison(report.compare_measured(real[0])))
+        console.print(measured.render_comparison(compare_measured(report, real[0])))
     if args.json == "-":
         sys.stdout.write(report.to_json() + "\n")
     elif json_file is not None:

@@ -187,6 +187,11 @@ def _offload_flags(config: SimConfig, view: Resolved, version: str) -> list[str]
         if value != want:
             raise ConfigError(f"offload.{name}: {peer} models {want!r} only, got {value!r}")
     bytes_per_token = view.kv_transfer.bytes_per_token
+    if bytes_per_token is None:
+        raise ConfigError(
+            "offload: the comparison sizes offload copies by kv_transfer.kv_bytes_per_token "
+            "(or kv_shape); give it"
+        )
     if bytes_per_token != int(bytes_per_token):
         raise ConfigError(
             f"kv_transfer.kv_bytes_per_token: {peer} sizes offload copies in whole bytes, got "

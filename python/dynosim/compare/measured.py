@@ -13,9 +13,11 @@ Each metric is compared with the one of the same definition:
 * throughput: completed requests and output tokens over the duration, from the first
   request's start to the last one's end on both sides.
 
-Percentiles interpolate linearly on both sides (numpy's default, as the report's). The error
-is ``100 * (simulated - measured) / measured``. Nothing is fitted: the simulated side is
-whatever the configured deployment gives.
+Both sides cover the same requests: those the simulated deployment completed (a request it
+rejected is left out of the measured side too, and counted). Percentiles interpolate linearly
+on both sides (numpy's default, as the report's). The error is ``100 * (simulated - measured)
+/ measured``. Nothing is fitted: the simulated side is whatever the configured deployment
+gives.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dynosim.errors import WorkloadError
+from dynosim.report import STATUS_COMPLETED
 from dynosim.workload.measured import MeasuredRun
 
 #: The latency metrics compared (report summary keys, ms) and the statistics of each.
@@ -63,10 +66,11 @@ class MeasuredComparison:
     """A replay of a measured run next to the measurement.
 
     ``rows``: TTFT, TPOT, ITL and E2E (mean, p50, p90, p99, ms), then completed requests,
-    requests/s and output tokens/s. ``measured_records`` and ``not_replayed`` count the
-    file's records (``not_replayed`` by reason: warmup, cancelled, failed); ``simulated_rejected``
-    the replayed requests the simulated deployment rejected (their latencies are missing
-    from the simulated side). ``notes`` say what the reader assumed.
+    requests/s and output tokens/s, both sides over the ``compared`` requests.
+    ``measured_records`` and ``not_replayed`` count the file's records (``not_replayed`` by
+    reason: warmup, cancelled, failed); of the ``replayed`` ones, ``left_out`` were rejected by
+    the simulated deployment and are left out of both sides. ``notes`` say what the reader
+    assumed.
     """
 
     path: str
@@ -75,7 +79,8 @@ class MeasuredComparison:
     measured_records: int
     not_replayed: dict[str, int]
     replayed: int
-    simulated_rejected: int
+    compared: int
+    left_out: int
     notes: tuple[str, ...]
 
     def row(self, metric: str, stat: str | None = None) -> ComparisonRow:
@@ -107,18 +112,30 @@ def _stats(samples: np.ndarray | None) -> dict[str, float | None]:
     return out
 
 
-def measured_summary(measured: MeasuredRun) -> dict[str, Any]:
+def measured_summary(measured: MeasuredRun, keep: np.ndarray | None = None) -> dict[str, Any]:
     """The measured run's statistics under the report summary's keys: latency metrics as
     ``{mean, p50, p90, p99}`` in ms (None: not measured), completed requests, requests/s
-    and output tokens/s."""
-    seconds = measured.duration_ms / 1000.0
-    completed = len(measured)
-    output_tokens = int(measured.columns.output_length.sum(dtype=np.uint64))
+    and output tokens/s; over the requests ``keep`` (a mask over ``measured.columns``)
+    marks, else all. Throughput is over the run's duration, or with requests left out over
+    the span of those kept, from the first one's start to the last one's end."""
+    if keep is None or keep.all():
+        keep, seconds = np.ones(len(measured), dtype=bool), measured.duration_ms / 1000.0
+    else:
+        starts = measured.columns.arrival_ms[keep]
+        ends = starts + measured.e2e_ms[keep]
+        seconds = float(ends.max() - starts.min()) / 1000.0 if keep.any() else 0.0
+    itl = None
+    if measured.itl_ms is not None and measured.itl_offsets is not None:
+        bounds = zip(measured.itl_offsets[:-1], measured.itl_offsets[1:], strict=True)
+        kept = [measured.itl_ms[a:b] for (a, b), k in zip(bounds, keep, strict=True) if k]
+        itl = np.concatenate(kept) if kept else np.empty(0)
+    completed = int(keep.sum())
+    output_tokens = int(measured.columns.output_length[keep].sum(dtype=np.uint64))
     return {
-        "ttft_ms": _stats(measured.ttft_ms),
-        "tpot_ms": _stats(measured.tpot_ms),
-        "itl_ms": _stats(measured.itl_ms),
-        "e2e_ms": _stats(measured.e2e_ms),
+        "ttft_ms": _stats(measured.ttft_ms[keep]),
+        "tpot_ms": _stats(measured.tpot_ms[keep]),
+        "itl_ms": _stats(itl),
+        "e2e_ms": _stats(measured.e2e_ms[keep]),
         "completed_requests": completed,
         "request_throughput_rps": completed / seconds if seconds > 0 else None,
         "output_token_throughput_tps": output_tokens / seconds if seconds > 0 else None,
@@ -142,11 +159,12 @@ def _check_same_requests(report: Simulated, measured: MeasuredRun) -> None:
 
 def compare_measured(report: Simulated, measured: MeasuredRun) -> MeasuredComparison:
     """``report`` (a replay of ``measured.columns``) next to what ``measured`` measured: a
-    row per metric and statistic with both values and the error in %. Raises WorkloadError
-    when the report replayed other requests."""
+    row per metric and statistic with both values and the error in %, both over the requests
+    the replay completed. Raises WorkloadError when the report replayed other requests."""
     _check_same_requests(report, measured)
     sim = report.summary
-    real = measured_summary(measured)
+    keep = np.asarray(report.requests["status"]) == STATUS_COMPLETED
+    real = measured_summary(measured, keep)
     rows = []
     for metric in LATENCIES:
         for stat in STATS:
@@ -156,6 +174,13 @@ def compare_measured(report: Simulated, measured: MeasuredRun) -> MeasuredCompar
         s, m = sim[metric], real[metric]
         rows.append(ComparisonRow(metric, None, s, m, _error_pct(s, m)))
     notes = list(measured.notes)
+    left_out = len(keep) - int(keep.sum())
+    if left_out:
+        notes.append(
+            f"{left_out:,} requests the simulated deployment rejected are left out of both "
+            f"sides: every row compares the {len(keep) - left_out:,} it completed, and the "
+            "measured throughput is over their span"
+        )
     speedup = report.config["cluster"]["arrival_speedup_ratio"]
     if speedup != 1:
         notes.append(f"the replay divided every arrival gap by {speedup:g}: not the measured load")
@@ -166,7 +191,8 @@ def compare_measured(report: Simulated, measured: MeasuredRun) -> MeasuredCompar
         measured_records=measured.num_records,
         not_replayed=dict(measured.not_replayed),
         replayed=len(measured),
-        simulated_rejected=int(sim["rejected_requests"]),
+        compared=len(keep) - left_out,
+        left_out=left_out,
         notes=tuple(notes),
     )
 

@@ -3,6 +3,7 @@ view of them the replay reads."""
 
 from dynosim.config.loading import config_json_schema, load_config, load_settings_file
 from dynosim.config.models import (
+    DEFAULT_NUM_GPU_BLOCKS,
     ENGINE_DEFAULTS,
     LIMITS,
     OP_TABLE_ARRAYS,
@@ -28,6 +29,7 @@ from dynosim.config.resolved import Resolved, RoleView, TierRates, TransferView,
 from dynosim.config.timing_table import load_timing_table, save_timing_table
 
 __all__ = [
+    "DEFAULT_NUM_GPU_BLOCKS",
     "ENGINE_DEFAULTS",
     "LIMITS",
     "OP_TABLE_ARRAYS",

@@ -24,6 +24,10 @@ _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
 #: hold. The core checks them; other models that map onto a configuration read them here.
 LIMITS: dict[str, Any] = json.loads(_core.config_limits_json())
 
+#: KV blocks of a rank whose configuration, model and GPU do not size it (the core's default,
+#: calibrated to no GPU).
+DEFAULT_NUM_GPU_BLOCKS: int = _DEFAULTS["engine"]["num_gpu_blocks"]
+
 #: The ``model`` tags of the timing sections (left out of error paths).
 TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "op_tables", "aic"})
 
@@ -100,7 +104,20 @@ class EngineConfig(_Settings):
         "section prices).",
     )
     block_size: int | None = _flavour("block_size", "Tokens per KV block.")
-    num_gpu_blocks: int = _default("engine", "num_gpu_blocks", "KV blocks in one rank's GPU cache.")
+    num_gpu_blocks: int | None = Field(
+        None,
+        description="KV blocks in one rank's GPU cache; unset: derived from the model and GPU "
+        "when the role's timing names them (an aic section), as the engine would allocate "
+        f"them from gpu_memory_utilization, else {DEFAULT_NUM_GPU_BLOCKS:,} "
+        "(uncalibrated).",
+    )
+    gpu_memory_utilization: float = _default(
+        "engine",
+        "gpu_memory_utilization",
+        "Share of a GPU's memory the engine takes for weights, activations and KV cache "
+        "(vLLM's gpu_memory_utilization; SGLang's mem_fraction_static, TensorRT-LLM's "
+        "free_gpu_memory_fraction as AIC reads them); unset num_gpu_blocks are sized from it.",
+    )
     max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
     tensor_parallel_size: int = _default(
         "engine",
@@ -502,6 +519,7 @@ class SimConfig(_Settings):
 
 
 __all__ = [
+    "DEFAULT_NUM_GPU_BLOCKS",
     "LIMITS",
     "OP_TABLE_ARRAYS",
     "TABLE_ARRAYS",

@@ -12,7 +12,14 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dynosim._validation import StrictModel
-from dynosim.config import LIMITS, AicTiming, SimConfig, load_settings_file, resolve
+from dynosim.config import (
+    LIMITS,
+    AicTiming,
+    EngineConfig,
+    SimConfig,
+    load_settings_file,
+    resolve,
+)
 from dynosim.errors import ConfigError
 from dynosim.workload.reading import MAX_LENGTH
 
@@ -60,6 +67,14 @@ class WorkerRole(StrictModel):
     )
     data_parallel_size: int = Field(
         1, ge=1, le=_MAX_PARALLEL, strict=True, description="DP ranks per worker."
+    )
+    expert_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=_MAX_PARALLEL,
+        strict=True,
+        description="Expert-parallel size (mixture-of-experts models): the worker's tensor x "
+        "data parallel GPUs split the experts this many ways.",
     )
     max_batch_size: int = Field(
         ge=1,
@@ -131,15 +146,49 @@ class Candidate(StrictModel):
             fix = [f"missing {', '.join(missing)}"] if missing else []
             fix += [f"remove {', '.join(extra)}"] if extra else []
             raise ConfigError(f"{what}: {'; '.join(fix)}")
-        if self.backend == "trtllm":
-            for role, spec in self.roles().items():
-                if spec.data_parallel_size != 1:
-                    raise ConfigError(
-                        f"candidate.{role}.data_parallel_size: TensorRT-LLM has no separate "
-                        "data parallel size (attention DP runs on the tensor parallel ranks); "
-                        f"expected 1, got {spec.data_parallel_size}"
-                    )
+        for role, spec in self.roles().items():
+            self._check_layout(role, spec)
         return self
+
+    def _check_layout(self, role: str, spec: WorkerRole) -> None:
+        """A role's TP, DP and EP as its engine can run them."""
+        tp, dp, ep = spec.tensor_parallel_size, spec.data_parallel_size, spec.expert_parallel_size
+        if self.backend == "trtllm" and dp != 1:
+            raise ConfigError(
+                f"candidate.{role}.data_parallel_size: TensorRT-LLM has no separate "
+                "data parallel size (attention DP runs on the tensor parallel ranks); "
+                f"expected 1, got {dp}"
+            )
+        if ep == 1:
+            return
+        try:  # the simulation's own rule of an expert split (it divides tp x dp)
+            SimConfig(
+                engine=EngineConfig(
+                    backend=self.backend, tensor_parallel_size=tp, data_parallel_size=dp
+                ),
+                timing=self._timing(spec),
+            )
+        except ConfigError as e:
+            raise ConfigError(f"candidate.{role}.expert_parallel_size: {e}") from None
+        if self.backend == "vllm" and ep != tp * dp:
+            raise ConfigError(
+                f"candidate.{role}.expert_parallel_size: vLLM's expert parallelism "
+                "(--enable-expert-parallel) spans every GPU of a worker; expected 1 or "
+                f"tensor x data parallel size = {tp * dp}, got {ep}"
+            )
+
+    def _timing(self, spec: WorkerRole) -> AicTiming:
+        """The ``aic`` timing of one worker of ``spec``: the candidate's model, system and
+        engine at the worker's layout."""
+        return AicTiming(
+            model_name=self.model,
+            system=self.system,
+            backend=self.backend,
+            backend_version=self.backend_version,
+            tp=spec.tensor_parallel_size,
+            dp=spec.data_parallel_size,
+            ep=spec.expert_parallel_size,
+        )
 
     def roles(self) -> dict[str, WorkerRole]:
         """The candidate's worker roles by name: ``{"aggregated": ...}`` or prefill and decode."""
@@ -150,10 +199,12 @@ class Candidate(StrictModel):
         """The simulation of this candidate: ``base`` (default: all defaults) with the
         candidate's serving mode, worker counts and, per role, its engine limits and layout
         (block size, max batch size as ``max_num_seqs``, TP, DP) and AIC timing of the
-        candidate's model, system and backend version at that TP.
+        candidate's model, system and backend version at that layout (TP, DP, EP).
 
-        Each role gets its own engine and timing section in disaggregated mode; other
-        settings of ``base`` (KV transfers, tiers, routing, SLA) are kept.
+        Each role gets its own engine and timing section in disaggregated mode, starting from
+        the base's own section of that role when it has one, else from the shared one; other
+        settings of ``base`` (KV transfers, tiers, routing, SLA, unset or given KV blocks) are
+        kept.
 
         Raises:
             ConfigError: a role uses pipeline parallelism, which dynosim does not simulate.
@@ -166,21 +217,16 @@ class Candidate(StrictModel):
                     f"candidate.{role}.pipeline_parallel_size: dynosim simulates tensor and "
                     f"data parallelism only; expected 1, got {spec.pipeline_parallel_size}"
                 )
+            own = data.get(role, {}).get("engine") if role != "aggregated" else None
             engine = {
-                **data["engine"],
+                **(own or data["engine"]),
                 "backend": self.backend,
                 "block_size": self.block_size,
                 "max_num_seqs": spec.max_batch_size,
                 "tensor_parallel_size": spec.tensor_parallel_size,
                 "data_parallel_size": spec.data_parallel_size,
             }
-            timing = AicTiming(
-                model_name=self.model,
-                system=self.system,
-                backend=self.backend,
-                backend_version=self.backend_version,
-                tp=spec.tensor_parallel_size,
-            ).model_dump()
+            timing = self._timing(spec).model_dump()
             if role == "aggregated":
                 data["cluster"]["num_workers"] = spec.replicas
                 data["engine"], data["timing"] = engine, timing
@@ -201,7 +247,8 @@ class Candidate(StrictModel):
         context_length: int | None = None,
     ) -> Candidate:
         """The candidate that deploys the cluster ``config`` simulates: per role its workers,
-        TP, DP and ``max_num_seqs`` (as max batch size), and the block size all roles share.
+        TP, DP, EP (its ``aic`` timing's; 1 under other timing) and ``max_num_seqs`` (as max
+        batch size), and the block size all roles share.
 
         ``model``, ``system`` and ``backend_version`` default to those of the roles' ``aic``
         timing (all roles must agree; a configuration timed otherwise must name them), and
@@ -253,6 +300,7 @@ class Candidate(StrictModel):
                 replicas=v.workers,
                 tensor_parallel_size=v.engine.tensor_parallel_size,
                 data_parallel_size=v.engine.data_parallel_size,
+                expert_parallel_size=v.timing.ep if isinstance(v.timing, AicTiming) else 1,
                 max_batch_size=v.engine.max_num_seqs,
             )
             for name, v in view.roles.items()

@@ -331,6 +331,7 @@ _FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
         "tp": ("--tensor-parallel-size", "--tp-size", "--tp"),
         "pp": ("--pipeline-parallel-size", "--pp-size"),
         "dp": ("--data-parallel-size", "--dp-size", "--dp"),
+        "ep": ("--expert-parallel-size", "--ep-size", "--ep"),
         "block_size": ("--page-size",),
         "context_length": ("--context-length",),
         "max_batch_size": ("--max-running-requests",),
@@ -338,6 +339,7 @@ _FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
     "trtllm": {
         "tp": ("--tensor-parallel-size",),
         "pp": ("--pipeline-parallel-size",),
+        "ep": ("--expert-parallel-size",),
         "context_length": ("--max-seq-len",),
         "max_batch_size": ("--max-batch-size",),
     },
@@ -345,6 +347,7 @@ _FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
 _TRTLLM_KEYS = {
     "tp": "tensor_parallel_size",
     "pp": "pipeline_parallel_size",
+    "ep": "moe_expert_parallel_size",
     "block_size": "kv_cache_config.tokens_per_block",
     "context_length": "max_seq_len",
     "max_batch_size": "max_batch_size",
@@ -353,6 +356,7 @@ _SETTING_NAMES = {
     "tp": "tensor parallel size",
     "pp": "pipeline parallel size",
     "dp": "data parallel size",
+    "ep": "expert parallel size",
     "block_size": "block size",
     "context_length": "context length",
     "max_batch_size": "max batch size",
@@ -696,15 +700,38 @@ class _Checker:
         }
         if cand.backend != "trtllm":  # TensorRT-LLM has no data parallel size of its own
             wanted["dp"] = (spec.data_parallel_size, f"{role}.data_parallel_size")
+        if cand.backend == "vllm":
+            self._vllm_expert_parallel(w, role, spec)
+        else:
+            wanted["ep"] = (spec.expert_parallel_size, f"{role}.expert_parallel_size")
         for key, (value, field) in wanted.items():
             self._engine_setting(w, key, value, field)
         self._prefix_caching(w)
+
+    def _vllm_expert_parallel(self, w: _Worker, role: str, spec: WorkerRole) -> None:
+        """vLLM splits experts over all of a worker's GPUs or not at all (a flag, no size)."""
+        assert w.engine is not None
+        on = w.engine.flag("--enable-expert-parallel", "-ep")
+        split = spec.expert_parallel_size != 1
+        if split and on is None:
+            self.add(
+                f"{w.path}.extraPodSpec.mainContainer",
+                "expert parallelism not enabled (--enable-expert-parallel); expected on "
+                f"(candidate {role}.expert_parallel_size {spec.expert_parallel_size})",
+            )
+        elif on is not None and not split:
+            self.add(
+                on.path,
+                f"{on.name} splits the experts over the worker's "
+                f"{spec.tensor_parallel_size * spec.data_parallel_size} GPUs, but candidate "
+                f"{role}.expert_parallel_size is 1",
+            )
 
     def _engine_setting(self, w: _Worker, key: str, want: int | None, field: str) -> None:
         setting = w.setting(key)
         where = f"{w.path}.extraPodSpec.mainContainer"
         if setting is None:
-            if key in ("tp", "pp", "dp") and want == 1:
+            if key in ("tp", "pp", "dp", "ep") and want == 1:
                 return  # the engines' default is 1
             if w.backend == "trtllm" and w.config is not None and w.config[1] is None:
                 return  # the engine config named is not in the manifest: reported once already
@@ -811,7 +838,8 @@ def validate_manifest(
     With ``candidate`` (a :class:`~dynosim.deploy.Candidate`, a mapping or a YAML/JSON file
     path), the manifest must deploy what was simulated: exactly the candidate's worker roles
     (by service name), and per role its replicas, GPUs per worker (``"tp*pp*dp"``), tensor /
-    pipeline / data parallel sizes, block size, context length (set, and equal to the
+    pipeline / data / expert parallel sizes (vLLM: ``--enable-expert-parallel`` exactly when
+    the experts are split), block size, context length (set, and equal to the
     candidate's when it has one), max batch size, and prefix caching left on.
     """
     cand = _as_candidate(candidate)

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._files import make_dirs, write_atomic
-from dynosim.aic.database import system_spec
+from dynosim.aic.database import is_moe, system_spec
 from dynosim.aic.generator import dynamo_release, generate
+from dynosim.aic.target import expert_split_problem
+from dynosim.aic.versions import aic_version
 from dynosim.deploy.candidate import Candidate, RenderOptions, WorkerRole
 from dynosim.deploy.lowering import LoweredWorkload, lower_workload
 from dynosim.deploy.manifest import Problem, validate_manifest
@@ -72,6 +74,45 @@ class RenderedManifest:
                 path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             written.append(path)
         return written
+
+
+def _expert_splits(cand: Candidate) -> dict[str, dict[str, int]] | None:
+    """Per role, the expert split AIC's generator takes (``moe_tensor_parallel_size`` x
+    ``moe_expert_parallel_size`` = the worker's tensor x data parallel GPUs), when a role splits
+    its model's experts; None when none does. A split needs a model with experts, and SGLang
+    attention DP is refused: AIC's generator sizes such a worker at tp-size x dp-size GPUs
+    where SGLang runs it on tp-size GPUs."""
+    roles = cand.roles()
+    splits = any(s.expert_parallel_size != 1 for s in roles.values())
+    data_parallel = any(s.data_parallel_size != 1 for s in roles.values())
+    if not splits and not (cand.backend == "sglang" and data_parallel):
+        return None
+    try:
+        moe = is_moe(cand.model)
+    except ConfigError as exc:
+        raise ConfigError(f"candidate.model: {exc}") from None
+    for role, spec in roles.items():
+        if problem := expert_split_problem(cand.model, spec.expert_parallel_size):
+            raise ConfigError(f"candidate.{role}.expert_parallel_size: {problem}")
+        if moe and cand.backend == "sglang" and spec.data_parallel_size != 1:
+            raise ConfigError(
+                f"candidate.{role}.data_parallel_size: SGLang serves the DP ranks of a "
+                "mixture-of-experts model as attention DP on its --tp-size GPUs, and AIC's "
+                f"generator {aic_version()} sizes such a worker at tp-size x dp-size GPUs; "
+                "rendering it is not supported (use data_parallel_size 1, or vLLM), got "
+                f"{spec.data_parallel_size}"
+            )
+    if not splits:
+        return None
+    return {
+        role: {
+            "moe_tensor_parallel_size": spec.tensor_parallel_size
+            * spec.data_parallel_size
+            // spec.expert_parallel_size,
+            "moe_expert_parallel_size": spec.expert_parallel_size,
+        }
+        for role, spec in roles.items()
+    }
 
 
 def _role_params(
@@ -150,15 +191,20 @@ def render_dgd(
         k8s["k8s_namespace"] = opts.namespace
     if opts.image is not None:
         k8s["k8s_image"] = opts.image
+    splits = _expert_splits(cand)
     artifacts, warnings = generate(
         mode=cand.mode,
         backend=cand.backend,
         backend_version=cand.backend_version,
         release=release,
         roles={
-            role: (spec.replicas, _role_params(cand, role, spec, lowered))
+            role: (
+                spec.replicas,
+                {**_role_params(cand, role, spec, lowered), **(splits or {}).get(role, {})},
+            )
             for role, spec in cand.roles().items()
         },
+        model={"is_moe": True} if splits else None,
         service={"model_path": cand.model, "served_model_name": cand.model},
         k8s=k8s,
         gpus_per_node=opts.gpus_per_node or int(system["node"]["num_gpus_per_node"]),

@@ -1,13 +1,14 @@
 """``dynosim.plan``: the deployment that serves a workload within an SLA on the fewest GPUs.
 
 The layouts are those AIConfigurator's default mode considers: aggregated workers of each TP
-size, and disaggregated prefill and decode workers of each pair of TP sizes (with DP sizes and
-batch caps when given). Each is timed with AIC (``aic`` timing per role) and given the KV cache
-its GPUs hold; :mod:`dynosim.plan.search` then finds its fewest GPUs meeting the SLA without
-replaying every worker count. Candidates are :class:`~dynosim.deploy.Candidate` objects turned
-into configurations by :meth:`~dynosim.deploy.Candidate.to_config`, and the pick is rendered
-from :meth:`~dynosim.deploy.Candidate.from_config` of the configuration replayed, so the
-deployment simulated and the one rendered are the same by construction.
+size, and disaggregated prefill and decode workers of each pair of TP sizes (with DP and EP sizes
+and batch caps when given). Each is timed with AIC (``aic`` timing per role) and given the KV
+cache its GPUs hold (:mod:`dynosim.sizing`, as every replay); :mod:`dynosim.plan.search` then
+finds its fewest GPUs meeting the SLA without replaying every worker count. Candidates are
+:class:`~dynosim.deploy.Candidate` objects turned into configurations by
+:meth:`~dynosim.deploy.Candidate.to_config`, and the pick is rendered from
+:meth:`~dynosim.deploy.Candidate.from_config` of the configuration replayed, so the deployment
+simulated and the one rendered are the same by construction.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from typing import Any
 from dynosim._cache import default_cache_dir
 from dynosim.aic import resolve_aic_timing
 from dynosim.aic.generator import dynamo_release
-from dynosim.capacity import aic_kv_capacity, kv_geometry
-from dynosim.config import AicTiming, EngineConfig, SimConfig, load_config, resolve
+from dynosim.config import AicTiming, SimConfig, load_config, resolve
 from dynosim.deploy import (
     Candidate,
     Problem,
@@ -38,9 +38,9 @@ from dynosim.plan import search as searching
 from dynosim.plan.executors import Runner
 from dynosim.plan.result import SweepResult, metrics_row
 from dynosim.plan.sla import Sla
-from dynosim.plan.space import set_path
 from dynosim.plan.sweep import WorkloadLike, progress_bar, with_goodput_sla, workload_columns
 from dynosim.plan.timing import TimingTables
+from dynosim.sizing import resolve_sizes
 from dynosim.workload import TraceColumns, TraceWorkload, load_trace
 
 #: Columns that label a plan's rows, before the metrics.
@@ -50,6 +50,7 @@ SETTINGS = (
     "prefill_tp",
     "decode_tp",
     "dp",
+    "ep",
     "max_batch_size",
     "replicas",
     "prefill_workers",
@@ -64,11 +65,13 @@ SEARCHES = ("bisect", "grid")
 @dataclass(frozen=True)
 class Layout:
     """A serving mode with each role's TP size (prefill then decode when disaggregated), the
-    DP ranks per worker and the batch cap; worker counts are what the search picks."""
+    DP ranks per worker, the expert split (EP) and the batch cap; worker counts are what the
+    search picks."""
 
     mode: str
     tps: tuple[int, ...]
     dp: int
+    ep: int
     max_batch_size: int
 
     @property
@@ -80,14 +83,15 @@ class Layout:
         """GPUs of one worker of each role."""
         return tuple(tp * self.dp for tp in self.tps)
 
-    def name(self, with_dp: bool, with_batch: bool) -> str:
-        """``aggregated tp2`` or ``disaggregated prefill tp2 / decode tp4`` (with ``dp`` and
-        the batch cap when the plan varies them)."""
+    def name(self, with_dp: bool, with_ep: bool, with_batch: bool) -> str:
+        """``aggregated tp2`` or ``disaggregated prefill tp2 / decode tp4`` (with ``dp``,
+        ``ep`` and the batch cap when the plan varies them)."""
         if self.mode == "aggregated":
             out = f"aggregated tp{self.tps[0]}"
         else:
             out = f"disaggregated prefill tp{self.tps[0]} / decode tp{self.tps[1]}"
         out += f" dp{self.dp}" if with_dp else ""
+        out += f" ep{self.ep}" if with_ep else ""
         return out + (f" batch {self.max_batch_size}" if with_batch else "")
 
 
@@ -113,7 +117,8 @@ class PlanResult:
 
     ``ranked``: each layout's fewest-GPU row meeting the SLA, fewest GPUs first (ties: the
     larger SLA margin). ``pick``: the first of them (None when no layout meets the SLA);
-    ``candidate`` and ``config`` its deployment and the configuration replayed. ``pareto``:
+    ``candidate`` and ``config`` its deployment and the configuration replayed, with the
+    sizes it was replayed with (:mod:`dynosim.sizing`). ``pareto``:
     the front of tokens/s/GPU against tokens/s/user over every replay within the GPU limit
     meeting the SLA. ``replays``: every replay run (probes beyond the limit included, marked
     by ``within_max_gpus``); ``grid_size``: the points within the limit over all layouts, what
@@ -150,45 +155,12 @@ class _Builder:
     """Configurations of one plan: a layout at given worker counts, through a Candidate."""
 
     def __init__(
-        self,
-        base: SimConfig,
-        *,
-        model: str,
-        system: str,
-        backend: str,
-        backend_version: str,
-        memory_fraction: float,
+        self, base: SimConfig, *, model: str, system: str, backend: str, backend_version: str
     ) -> None:
         self.base = base
         self.model, self.system, self.backend = model, system, backend
         self.backend_version = backend_version
-        self.memory_fraction = memory_fraction
         self.block_size = base.engine.setting("block_size")
-        self._blocks: dict[AicTiming, int | ConfigError] = {}
-        transfer = base.kv_transfer
-        self.kv_shape = None
-        if transfer.kv_bytes_per_token is None and transfer.kv_shape is None:
-            # Transfers then carry the model's KV bytes (instant unless the base sets links).
-            self.kv_shape = kv_geometry(model, backend=backend).model_dump()
-
-    def kv_blocks(self, timing: AicTiming, engine: EngineConfig) -> int:
-        """KV blocks of one rank of the engine ``timing`` prices, as vLLM would allocate them
-        (the one place capacity is estimated)."""
-        if timing not in self._blocks:
-            try:
-                self._blocks[timing] = aic_kv_capacity(
-                    timing,
-                    block_size=engine.setting("block_size"),
-                    max_num_batched_tokens=engine.pass_token_budget,
-                    max_num_seqs=engine.max_num_seqs,
-                    gpu_memory_utilization=self.memory_fraction,
-                ).num_gpu_blocks
-            except ConfigError as e:
-                self._blocks[timing] = e
-        blocks = self._blocks[timing]
-        if isinstance(blocks, ConfigError):
-            raise blocks
-        return blocks
 
     def candidate(self, layout: Layout, point: Sequence[int]) -> Candidate:
         roles = {
@@ -196,6 +168,7 @@ class _Builder:
                 replicas=n,
                 tensor_parallel_size=tp,
                 data_parallel_size=layout.dp,
+                expert_parallel_size=layout.ep,
                 max_batch_size=layout.max_batch_size,
             )
             for role, tp, n in zip(layout.roles, layout.tps, point, strict=True)
@@ -211,17 +184,10 @@ class _Builder:
         )
 
     def config(self, layout: Layout, point: Sequence[int]) -> SimConfig:
-        """The configuration of ``layout`` at worker counts ``point``: the candidate's, with
-        each role's KV blocks from its GPUs."""
-        config = self.candidate(layout, point).to_config(self.base)
-        data = config.model_dump()
-        for view in resolve(config).roles.values():
-            assert isinstance(view.timing, AicTiming)  # the candidate's mapping gives aic timing
-            blocks = self.kv_blocks(view.timing, view.engine)
-            set_path(data, f"{view.engine_path}.num_gpu_blocks", blocks)
-        if self.kv_shape is not None:
-            data["kv_transfer"]["kv_shape"] = self.kv_shape
-        return SimConfig.model_validate(data)
+        """The configuration of ``layout`` at worker counts ``point``: the candidate's; its
+        sizes (each role's KV blocks, the KV bytes of a token) are resolved when it is
+        replayed, as every configuration's are."""
+        return self.candidate(layout, point).to_config(self.base)
 
 
 def _layouts(
@@ -230,6 +196,7 @@ def _layouts(
     prefill_tp: Sequence[int] | None,
     decode_tp: Sequence[int] | None,
     dp: Sequence[int],
+    ep: Sequence[int],
     batches: Sequence[int],
 ) -> list[Layout]:
     out = []
@@ -241,6 +208,7 @@ def _layouts(
         ("prefill_tp", prefill_tp),
         ("decode_tp", decode_tp),
         ("dp", dp),
+        ("ep", ep),
         ("max_batch_size", batches),
     ):
         if values is None:
@@ -252,15 +220,16 @@ def _layouts(
                 f"{name}: expected a non-empty list of positive integers, got {list(values)!r}"
             )
     for d in dp:
-        for b in batches:
-            if "aggregated" in modes:
-                out += [Layout("aggregated", (t,), d, b) for t in tp]
-            if "disaggregated" in modes:
-                out += [
-                    Layout("disaggregated", (p, q), d, b)
-                    for p in (prefill_tp or tp)
-                    for q in (decode_tp or tp)
-                ]
+        for e in ep:
+            for b in batches:
+                if "aggregated" in modes:
+                    out += [Layout("aggregated", (t,), d, e, b) for t in tp]
+                if "disaggregated" in modes:
+                    out += [
+                        Layout("disaggregated", (p, q), d, e, b)
+                        for p in (prefill_tp or tp)
+                        for q in (decode_tp or tp)
+                    ]
     return out
 
 
@@ -283,9 +252,9 @@ def plan(
     prefill_tp: Sequence[int] | None = None,
     decode_tp: Sequence[int] | None = None,
     dp: Sequence[int] = (1,),
+    ep: Sequence[int] = (1,),
     max_batch_size: Sequence[int] | None = None,
     base: SimConfig | Mapping[str, Any] | str | Path | None = None,
-    memory_fraction: float = 0.9,
     search: str = "bisect",
     tolerance: float = 0.02,
     executor: Any = None,
@@ -305,12 +274,15 @@ def plan(
         max_gpus: the most GPUs a deployment may use.
         backend_version: the engine release deployed and timed; None: the one the Dynamo
             release rendered ships (``render_options.dynamo_version``, else AIC's default).
-        modes, tp, prefill_tp, decode_tp, dp, max_batch_size: the layouts (TP sizes per role,
-            prefill and decode TP default to ``tp``; DP ranks per worker; batch caps, default
-            the base engine's ``max_num_seqs``).
-        base: settings the candidates start from (routing, KV links, block size, ...).
-        memory_fraction: share of GPU memory for weights and KV cache, as vLLM's
-            ``gpu_memory_utilization``; each role's KV blocks follow from it.
+        modes, tp, prefill_tp, decode_tp, dp, ep, max_batch_size: the layouts (TP sizes per
+            role, prefill and decode TP default to ``tp``; DP ranks per worker; the expert
+            split of a mixture-of-experts model over a worker's TP x DP GPUs, each a size a
+            deployment can run (:class:`~dynosim.deploy.Candidate`: a layout that is not is
+            reported, not searched); batch caps, default the base engine's ``max_num_seqs``).
+        base: settings the candidates start from (routing, KV links, block size, each role's
+            own engine, ...). Each role's KV blocks follow from its engine's
+            ``gpu_memory_utilization`` unless the base gives ``num_gpu_blocks``
+            (:mod:`dynosim.sizing`).
         search: ``"bisect"`` (module :mod:`dynosim.plan.search`) or ``"grid"`` (replay every
             point within the limit).
         tolerance: how much worse (a fraction of the limit) a statistic may get with more
@@ -334,13 +306,14 @@ def plan(
     the_sla = Sla.coerce(sla)
     cfg = with_goodput_sla(load_config(base), the_sla)
     batches = list(max_batch_size) if max_batch_size is not None else [cfg.engine.max_num_seqs]
-    layouts = _layouts(modes, tp, prefill_tp, decode_tp, dp, batches)
+    layouts = _layouts(modes, tp, prefill_tp, decode_tp, dp, ep, batches)
     fitting = [lay for lay in layouts if sum(lay.gpus) <= max_gpus]
     if not fitting:
         smallest = min(layouts, key=lambda lay: sum(lay.gpus))
         raise ConfigError(
             f"max_gpus {max_gpus} is below one worker of every layout: the smallest, "
-            f"{smallest.name(smallest.dp != 1, False)}, needs {sum(smallest.gpus)} GPUs"
+            f"{smallest.name(smallest.dp != 1, smallest.ep != 1, False)}, needs "
+            f"{sum(smallest.gpus)} GPUs"
         )
     opts = (
         RenderOptions()
@@ -361,18 +334,14 @@ def plan(
         default_cache_dir() / "aic",
     )
     builder = _Builder(
-        cfg,
-        model=model,
-        system=system,
-        backend=backend,
-        backend_version=backend_version,
-        memory_fraction=memory_fraction,
+        cfg, model=model, system=system, backend=backend, backend_version=backend_version
     )
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
     columns = workload_columns(workload)
-    with_dp, with_batch = len(set(dp)) > 1 or dp[0] != 1, len(batches) > 1
-    results = [LayoutResult(lay, lay.name(with_dp, with_batch)) for lay in fitting]
+    with_dp, with_ep = len(set(dp)) > 1 or dp[0] != 1, len(set(ep)) > 1 or ep[0] != 1
+    with_batch = len(batches) > 1
+    results = [LayoutResult(lay, lay.name(with_dp, with_ep, with_batch)) for lay in fitting]
     started = time.perf_counter()
     rows = _drive(
         results, builder, columns, the_sla, max_gpus, search, tolerance, executor, jobs, progress
@@ -399,7 +368,7 @@ def plan(
         return out
     out.pick = ranked[0]
     lay = next(r.layout for r in results if r.name == out.pick["layout"])
-    out.config = builder.config(lay, _point(out.pick))
+    out.config = resolve_sizes(builder.config(lay, _point(out.pick))).config
     out.candidate = Candidate.from_config(out.config)
     if render:
         target = (
@@ -426,6 +395,7 @@ def _settings(layout: Layout, name: str, point: Sequence[int], max_gpus: int) ->
         "prefill_tp": None if agg else layout.tps[0],
         "decode_tp": None if agg else layout.tps[1],
         "dp": layout.dp,
+        "ep": layout.ep,
         "max_batch_size": layout.max_batch_size,
         "replicas": point[0] if agg else None,
         "prefill_workers": None if agg else point[0],

@@ -247,7 +247,8 @@ fn tier_settings_are_validated() {
     let err = SimConfig::from_json(r#"{"offload": {"g2_blocks": 8}}"#).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "offload: needs kv_transfer.kv_bytes_per_token (or kv_shape) to size block moves"
+        "offload: needs kv_transfer.kv_bytes_per_token (or kv_shape, or roles timed by an aic \
+         section, whose model gives it) to size block moves"
     );
     let err = SimConfig::from_json(
         r#"{"offload": {"g3_blocks": 8}, "kv_transfer": {"kv_bytes_per_token": 1}}"#,

@@ -80,7 +80,7 @@ def load_measured(
     when the file has none (see :mod:`~dynosim.workload.measured.vllm_bench`). A file of the
     wrong shape raises :class:`~dynosim.errors.WorkloadError` naming the file, line (JSON
     lines) and field. Replay ``run.columns`` on a deployment, then compare with
-    :meth:`dynosim.Report.compare_measured`.
+    :func:`dynosim.compare_measured`.
     """
     path = Path(path)
     if format is None:

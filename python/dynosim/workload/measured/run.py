@@ -42,6 +42,8 @@ class MeasuredRun:
         itl_ms: every gap between two streamed chunks of every replayed request (ms), or None
             when the file has none for some request; a chunk is one token unless ``notes``
             says otherwise.
+        itl_offsets: where each request's gaps are in ``itl_ms``: request ``i``'s are
+            ``itl_ms[itl_offsets[i]:itl_offsets[i + 1]]`` (None with ``itl_ms``).
         duration_ms: from the first replayed request's start to the last one's end (ms), as a
             dynosim report counts its duration, unless ``notes`` says it is the tool's own.
         num_records: the records in the file.
@@ -58,6 +60,7 @@ class MeasuredRun:
     tpot_ms: np.ndarray
     e2e_ms: np.ndarray
     itl_ms: np.ndarray | None
+    itl_offsets: np.ndarray | None
     duration_ms: float
     num_records: int
     not_replayed: dict[str, int]
@@ -141,8 +144,10 @@ def build_run(
     gaps = [done.gaps_ms[i] for i in order]
     full = [g for g in gaps if g is not None]
     itl: np.ndarray | None = None
+    itl_offsets: np.ndarray | None = None
     if len(full) == len(gaps):
         itl = np.array([x for g in full for x in g], dtype=np.float64)
+        itl_offsets = np.cumsum([0, *(len(g) for g in full)], dtype=np.int64)
         chunky = sum(len(g) != n - 1 for g, n in zip(full, output_length.tolist(), strict=True))
         if chunky:
             notes.append(
@@ -174,6 +179,7 @@ def build_run(
         tpot_ms=tpot,
         e2e_ms=e2e,
         itl_ms=itl,
+        itl_offsets=itl_offsets,
         duration_ms=duration_ms,
         num_records=num_records,
         not_replayed=skipped,

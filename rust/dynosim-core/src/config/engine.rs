@@ -6,7 +6,7 @@
 //! the chosen flavour does not have (vLLM's `preemption_mode` on a TensorRT-LLM engine) is an
 //! error naming the setting and the flavour.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::limits::{
     count, product, MAX_BATCHED_TOKENS, MAX_BLOCKS, MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_PARALLEL,
@@ -68,6 +68,15 @@ pub enum SchedulePolicy {
     Lpm,
 }
 
+/// KV blocks of a rank whose configuration does not say (and whose model and GPU do not
+/// either): uncalibrated.
+const DEFAULT_NUM_GPU_BLOCKS: u32 = 16_384;
+
+/// `num_gpu_blocks` as read: `null` is unset, which is the default.
+fn blocks_or_default<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u32, D::Error> {
+    Ok(Option::<u32>::deserialize(d)?.unwrap_or(DEFAULT_NUM_GPU_BLOCKS))
+}
+
 /// One worker's engine. Settings shared by every flavour come first; the optional ones belong
 /// to the flavours named in their comments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,8 +86,13 @@ pub struct EngineConfig {
     pub backend: Backend,
     /// Tokens per KV block (all flavours; default by flavour).
     pub block_size: Option<u32>,
-    /// KV blocks of one worker's GPU cache.
+    /// KV blocks of one rank's GPU cache. Unset (`null` or absent): `DEFAULT_NUM_GPU_BLOCKS`;
+    /// the Python layer sets it first from the role's model and GPU when its timing names them.
+    #[serde(deserialize_with = "blocks_or_default")]
     pub num_gpu_blocks: u32,
+    /// Share of a GPU's memory the engine takes for weights, activations and KV cache (vLLM's
+    /// `gpu_memory_utilization`): what the Python layer sizes `num_gpu_blocks` from.
+    pub gpu_memory_utilization: f64,
     /// Most requests running at once on a worker.
     pub max_num_seqs: u32,
     /// GPUs one rank spans (tensor parallelism); part of the timing key and the GPU count.
@@ -398,7 +412,8 @@ impl Default for EngineConfig {
         EngineConfig {
             backend: Backend::default(),
             block_size: None,
-            num_gpu_blocks: 16384,
+            num_gpu_blocks: DEFAULT_NUM_GPU_BLOCKS,
+            gpu_memory_utilization: 0.9,
             max_num_seqs: 256,
             tensor_parallel_size: 1,
             data_parallel_size: 1,
@@ -491,6 +506,13 @@ pub(super) fn validate_engine(section: &str, e: &EngineConfig) -> Result<()> {
     for (name, value, max) in counts {
         count(&format!("{section}.{name}"), value, max)?;
     }
+    let share = e.gpu_memory_utilization;
+    if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+        return Err(SimError::config(
+            &format!("{section}.gpu_memory_utilization"),
+            format!("must be in (0, 1] (a share of the GPU's memory), got {share}"),
+        ));
+    }
     // A rank's token positions (prompt plus output) are 32-bit.
     let blocks = format!("{section}.num_gpu_blocks");
     product(
@@ -530,6 +552,29 @@ mod tests {
             "decode.engine.page_size: a sglang setting; the vllm engine \
              (decode.engine.backend) has no such setting"
         );
+    }
+
+    #[test]
+    fn unset_kv_blocks_are_the_default_and_the_memory_share_is_checked() {
+        for text in [r#"{"engine": {"num_gpu_blocks": null}}"#, "{}"] {
+            let c = SimConfig::from_json(text).unwrap();
+            assert_eq!(c.engine.num_gpu_blocks, 16_384);
+        }
+        let given = SimConfig::from_json(r#"{"engine": {"num_gpu_blocks": 7}}"#).unwrap();
+        assert_eq!(given.engine.num_gpu_blocks, 7);
+        assert_eq!(SimConfig::default().engine.gpu_memory_utilization, 0.9);
+        for share in ["0", "1.5", "-0.1"] {
+            let text = format!(r#"{{"engine": {{"gpu_memory_utilization": {share}}}}}"#);
+            let err = SimConfig::from_json(&text).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "engine.gpu_memory_utilization: must be in (0, 1] (a share of the GPU's \
+                     memory), got {}",
+                    share.parse::<f64>().unwrap()
+                )
+            );
+        }
     }
 
     #[test]

@@ -169,7 +169,10 @@ impl KvTransferConfig {
         }
     }
 
-    pub(super) fn validate(&self) -> Result<()> {
+    /// Check the section; `model_named`: a role's timing names the model (an `aic` section),
+    /// whose KV geometry the Python layer fills in before a replay, so a bandwidth may come
+    /// without KV bytes per token.
+    pub(super) fn validate(&self, model_named: bool) -> Result<()> {
         if let Some(b) = self.bandwidth_gbps {
             positive_within("kv_transfer.bandwidth_gbps", b, MIN_GBPS, MAX_GBPS)?;
         }
@@ -199,10 +202,13 @@ impl KvTransferConfig {
                 "kv_transfer.kv_bytes_per_token",
                 "give either kv_bytes_per_token or kv_shape, not both",
             )),
-            (false, false) if self.bandwidth_gbps.is_some() => Err(SimError::config(
-                "kv_transfer.kv_bytes_per_token",
-                "required with a bandwidth (or give kv_transfer.kv_shape)",
-            )),
+            (false, false) if self.bandwidth_gbps.is_some() && !model_named => {
+                Err(SimError::config(
+                    "kv_transfer.kv_bytes_per_token",
+                    "required with a bandwidth (or give kv_transfer.kv_shape, or time the roles \
+                     with an aic section, whose model gives it)",
+                ))
+            }
             _ => Ok(()),
         }
     }

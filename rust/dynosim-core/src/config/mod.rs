@@ -125,10 +125,17 @@ impl SimConfig {
         }
         self.validate_cluster_size()?;
         self.validate_aic_layouts()?;
-        self.kv_transfer.validate()?;
+        // Links and tiers need the KV bytes of a token; an aic section names the model they
+        // come from, and `check_replayable` refuses aic sections, so a replay always has them.
+        let model_named = self
+            .roles()
+            .iter()
+            .any(|&(role, _)| matches!(self.role(role).1, TimingConfig::Aic(_)));
+        self.kv_transfer.validate(model_named)?;
         self.sla.validate()?;
         positive("report.sample_interval_ms", self.report.sample_interval_ms)?;
-        self.offload.validate(self.kv_transfer.bytes_per_token())
+        self.offload
+            .validate(self.kv_transfer.bytes_per_token(), model_named)
     }
 
     /// `validate`, and that every role the replay runs has a timing model the simulator
@@ -545,6 +552,24 @@ mod tests {
             err.contains("differs from decode.engine.tensor_parallel_size=4"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_named_model_may_leave_the_kv_bytes_of_links_and_tiers_to_it() {
+        let links = r#""kv_transfer": {"bandwidth_gbps": 25}"#;
+        let tiers = r#""offload": {"g2_blocks": 8}"#;
+        let aic = r#""timing": {"model": "aic", "model_name": "Qwen/Qwen3-32B", "system": "s"}"#;
+        let disagg = r#""cluster": {"mode": "disaggregated"}"#;
+        for needs in [format!("{disagg}, {links}"), tiers.to_string()] {
+            // Without a model, the bytes are required...
+            let err = SimConfig::from_json(&format!("{{{needs}}}")).unwrap_err();
+            assert!(err.to_string().contains("kv_bytes_per_token"), "{err}");
+            // ...with one, the Python layer fills them in; a replay still needs them there
+            // (it refuses aic sections, which the Python layer replaces by tables).
+            let config = SimConfig::from_json(&format!("{{{needs}, {aic}}}")).unwrap();
+            let err = config.check_replayable().unwrap_err().to_string();
+            assert!(err.starts_with("timing: aic timing is priced"), "{err}");
+        }
     }
 
     #[test]

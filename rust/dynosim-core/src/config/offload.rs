@@ -114,8 +114,9 @@ impl OffloadConfig {
         )
     }
 
-    /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given).
-    pub(super) fn validate(&self, kv_bytes_per_token: f64) -> Result<()> {
+    /// Check the section; `kv_bytes_per_token` sizes block moves (0: not given, which a named
+    /// model fills in before a replay when `model_named`, as for KV transfers).
+    pub(super) fn validate(&self, kv_bytes_per_token: f64, model_named: bool) -> Result<()> {
         positive_within("offload.g1_g2_gbps", self.g1_g2_gbps, MIN_GBPS, MAX_GBPS)?;
         positive_within("offload.g2_g3_gbps", self.g2_g3_gbps, MIN_GBPS, MAX_GBPS)?;
         for (name, value) in [
@@ -146,10 +147,11 @@ impl OffloadConfig {
                 "needs offload.g3_blocks (the size of the shared pool)",
             ));
         }
-        if self.enabled() && kv_bytes_per_token <= 0.0 {
+        if self.enabled() && kv_bytes_per_token <= 0.0 && !model_named {
             return Err(SimError::config(
                 "offload",
-                "needs kv_transfer.kv_bytes_per_token (or kv_shape) to size block moves",
+                "needs kv_transfer.kv_bytes_per_token (or kv_shape, or roles timed by an aic \
+                 section, whose model gives it) to size block moves",
             ));
         }
         Ok(())

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TRACES
+from conftest import TRACES, peer_config
 
 import dynosim
 from dynosim.bench import build_config
@@ -55,7 +55,7 @@ def flags(args: list[str]) -> dict[str, str]:
 
 
 def test_aggregated_settings_map_to_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"num_workers": 3, "arrival_speedup_ratio": 2.5, "concurrency": 16},
             "engine": {
@@ -90,7 +90,7 @@ def test_aggregated_settings_map_to_flags():
 
 
 def test_disaggregated_settings_map_to_role_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 3},
             "decode": {"engine": {"block_size": 64, "num_gpu_blocks": 4096}},
@@ -129,7 +129,7 @@ def test_disaggregated_settings_map_to_role_flags():
 
 
 def test_instant_transfers_pass_no_transfer_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {"cluster": {"mode": "disaggregated"}, "kv_transfer": {"first_token": "first_decode_pass"}}
     )
     got = flags(aisimulate_args(config, 512))
@@ -195,7 +195,7 @@ def _disagg(**kv: Any) -> dict:
 )
 def test_settings_aisimulate_cannot_model_are_refused(config, message):
     with pytest.raises(ConfigError) as info:
-        aisimulate_args(dynosim.load_config(config), 512)
+        aisimulate_args(peer_config(config), 512)
     assert message in str(info.value)
 
 
@@ -206,7 +206,7 @@ class _NewerEngine(EngineConfig):
 
 
 def test_an_engine_setting_the_mapping_does_not_know_is_refused_unless_default():
-    role = resolve(dynosim.SimConfig()).roles["aggregated"]
+    role = resolve(peer_config()).roles["aggregated"]
     base = role.engine.model_dump()
     at_default = dataclasses.replace(role, engine=_NewerEngine(**base))
     assert "--block-size" in aisim._engine_flags(at_default, "")
@@ -219,7 +219,7 @@ def test_csv_traces_are_refused(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,8,2\n")
     with pytest.raises(WorkloadError, match="AISimulate's replay reads Mooncake JSONL traces only"):
-        AisimulateReplay(trace, dynosim.SimConfig(), 512)
+        AisimulateReplay(trace, peer_config(), 512)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_compare_defaults_to_the_releases_links_and_first_decode_pass(version, l
 
 
 def test_the_development_release_shares_links_with_each_end_its_bandwidth():
-    config = dynosim.load_config(
+    config = peer_config(
         _disagg(
             link_model="max_min",
             first_token="first_decode_pass",
@@ -291,7 +291,7 @@ def _tiers(**offload: Any) -> dict:
 
 
 def test_offload_tiers_map_to_the_development_releases_host_and_g3_tiers():
-    config = dynosim.load_config(
+    config = peer_config(
         _tiers(g3_blocks=65_536, g3_shared=True, g1_g2_read_gbps=12.0, g2_g3_write_gbps=5.0)
     )
     got = flags(aisimulate_args(config, 512, DEV))
@@ -310,7 +310,7 @@ def test_offload_tiers_map_to_the_development_releases_host_and_g3_tiers():
         "--g3-shared-read-gbps": "7.0",
         "--g3-shared-write-gbps": "5.0",
     }
-    own = flags(aisimulate_args(dynosim.load_config(_tiers(g3_blocks=1024)), 512, DEV))
+    own = flags(aisimulate_args(peer_config(_tiers(g3_blocks=1024)), 512, DEV))
     assert (own["--g3-scope"], own["--g3-read-gbps"], own["--g3-write-gbps"]) == (
         "worker_local",
         "7.0",
@@ -339,7 +339,7 @@ def _plain(config: dynosim.SimConfig) -> dynosim.SimConfig:
 )
 def test_tiers_the_development_release_cannot_model_are_refused(config, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        aisimulate_args(dynosim.load_config(config), 512, DEV)
+        aisimulate_args(peer_config(config), 512, DEV)
 
 
 def test_an_unknown_release_is_refused_naming_the_known_ones():
@@ -502,7 +502,7 @@ def fake_binary(monkeypatch, tmp_path: Path, body: str) -> None:
 
 def test_a_run_past_its_timeout_is_stopped(monkeypatch, tmp_path, small_trace):
     fake_binary(monkeypatch, tmp_path, "sleep 30")
-    replay = AisimulateReplay(small_trace, dynosim.SimConfig(), 512, timeout_s=0.3)
+    replay = AisimulateReplay(small_trace, peer_config(), 512, timeout_s=0.3)
     start = time.perf_counter()
     with pytest.raises(DynosimError, match=r"did not finish within 0.3 s and was stopped"):
         replay.run()
@@ -512,10 +512,10 @@ def test_a_run_past_its_timeout_is_stopped(monkeypatch, tmp_path, small_trace):
 def test_a_failed_run_raises_its_message(monkeypatch, tmp_path, small_trace):
     fake_binary(monkeypatch, tmp_path, 'echo "replay invariant violated" >&2; exit 1')
     with pytest.raises(DynosimError, match="exited with status 1: replay invariant violated"):
-        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+        AisimulateReplay(small_trace, peer_config(), 512).run()
     fake_binary(monkeypatch, tmp_path, "echo not json")
     with pytest.raises(DynosimError, match="dynosim-aisim printed no summary"):
-        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+        AisimulateReplay(small_trace, peer_config(), 512).run()
 
 
 def test_a_binary_built_on_another_release_is_refused(monkeypatch, tmp_path, small_trace):
@@ -606,7 +606,7 @@ def test_binary_failure_names_the_trace(aisim_bin, tmp_path):
 
 @needs_aisimulate
 def test_binary_summary_is_deterministic(aisim_bin, small_trace, tmp_path):
-    config = dynosim.load_config({"cluster": {"num_workers": 2}})
+    config = peer_config({"cluster": {"num_workers": 2}})
     command = [aisim_bin, small_trace, *aisimulate_args(config, 512)]
     first, second = (
         json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
@@ -666,7 +666,7 @@ def test_a_zero_delay_turn_joins_the_pass_starting_as_its_previous_turn_ends(ais
         rows[2]["delay_ms"] = delay
         trace = tmp_path / f"delay{delay}.jsonl"
         trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        config = dynosim.load_config({"cluster": {"num_workers": 1}})
+        config = peer_config({"cluster": {"num_workers": 1}})
         ours = dynosim.replay(dynosim.load_trace(trace), config).requests["ttft_ms"][2]
         per_request = tmp_path / "per_request.jsonl"
         command = [aisim_bin, trace, *aisimulate_args(config, 512), "--per-request", per_request]
@@ -790,7 +790,7 @@ def head_to_head(aisim_bin, conversation):
 
     def get(run: str) -> tuple[Any, dict]:
         if run not in cache:
-            config = dynosim.load_config(RUNS[run])
+            config = peer_config(RUNS[run])
             report = dynosim.replay(conversation, config)
             cache[run] = (report, AisimulateReplay(CONVERSATION, config, 512).run().summary)
         return cache[run]
@@ -815,7 +815,7 @@ def test_at_5_gbps_shared_links_queue_where_aisimulate_does_not(head_to_head, co
     links shared max-min fairly queue transfers for the whole trace, while AISimulate's
     fixed-delay transfers (dynosim's line rate) never wait for a link."""
     _, theirs = head_to_head("disaggregated 5 GB/s")
-    shared = dynosim.replay(conversation, dynosim.load_config(disaggregated(5.0, "max_min")))
+    shared = dynosim.replay(conversation, peer_config(disaggregated(5.0, "max_min")))
     ttft = shared.requests["ttft_ms"]
     assert shared.summary["ttft_ms"]["mean"] > 50 * theirs["mean_ttft_ms"]
     # The queue grows through the trace: the last thousand requests wait far longer.
@@ -857,7 +857,7 @@ def _links_case(tmp_path: Path, lengths: list[int], prefill: int, send: float, r
     ]
     trace = tmp_path / "links.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {
                 "mode": "disaggregated",
@@ -918,7 +918,7 @@ def dev_head_to_head(dev_bin, conversation, tmp_path_factory):
 
     def get(run: str, config: dict) -> tuple[Any, dict, list]:
         if run not in cache:
-            loaded = dynosim.load_config(config)
+            loaded = peer_config(config)
             report = dynosim.replay(conversation, loaded)
             out, rows = run_dev(dev_bin, CONVERSATION, loaded, tmp_path_factory.mktemp(run))
             cache[run] = (report, out, rows)
@@ -1003,7 +1003,7 @@ def test_a_pass_time_difference_reorders_decode_placement(dev_bin, tmp_path):
     trace = tmp_path / "pass.jsonl"
     for lengths, apart in (([3000, 3000, 2192], True), ([4000, 4192], False)):
         trace.write_text("".join(json.dumps(r) + "\n" for r in _rows(lengths)))
-        config = dynosim.load_config({"cluster": {"num_workers": 1}, "engine": {"block_size": 64}})
+        config = peer_config({"cluster": {"num_workers": 1}, "engine": {"block_size": 64}})
         ours = dynosim.replay(dynosim.load_trace(trace), config).requests["ttft_ms"][0]
         _, theirs = run_dev(dev_bin, trace, config, tmp_path)
         assert abs(ours - theirs[0]["ttft_ms"]) == (
@@ -1013,7 +1013,7 @@ def test_a_pass_time_difference_reorders_decode_placement(dev_bin, tmp_path):
         pytest.skip(f"{CONVERSATION} is not available")
     head = CONVERSATION.read_text().splitlines()[:8]
     trace.write_text("\n".join(head) + "\n")
-    config = dynosim.load_config(
+    config = peer_config(
         {
             **disaggregated(5.0, "max_min"),
             "engine": {"block_size": 64, "num_gpu_blocks": 400_000},

@@ -565,11 +565,12 @@ def test_cli_aiperf_side_by_side(capsys):
     out = capsys.readouterr().out
     assert "6 records, 3 replayed; not replayed: 1 warmup, 1 cancelled, 1 failed" in out
     assert "note: 1 warmup records skipped" in out
-    # Arrivals 0, 10, 20 ms. Passes: [0, 10] prefills a; [10, 22] prefills c and decodes a
-    # (10 + 2 ms); [22, 34] prefills b and decodes a; [34, 36] and [36, 38] decode a and b.
-    # TTFT a 10, c 12, b 14: mean 12 against the measured 53.33 (-77.5 %).
+    # Arrivals 0, 10, 20 ms; vLLM's async scheduling forms each pass when the one before starts.
+    # Passes: [0, 10] prefills a; [10, 12] decodes a (formed at 0, before c); [12, 24] prefills
+    # c and decodes a; [24, 26] decodes a and c (formed at 12, before b); [26, 38] prefills b.
+    # TTFT a 10, c 14, b 18: mean 14 against the measured 53.33 (-73.8 %).
     ttft = next(line for line in out.splitlines() if "TTFT (ms)" in line and "mean" in line)
-    assert "12.00" in ttft and "53.33" in ttft and "-77.5" in ttft
+    assert "14.00" in ttft and "53.33" in ttft and "-73.8" in ttft
 
 
 def test_cli_measured_json_is_the_report(capsys):

@@ -379,7 +379,9 @@ def _over_the_replay(report, series: np.ndarray) -> np.ndarray:
 
 def test_link_use_over_time_adds_up_to_the_summarys():
     # The series sample each link's rate at every change; integrated over the buckets they
-    # give the bytes each link carried, the summary's utilization.
+    # give the bytes each link carried, the summary's utilization. A flow due within the link
+    # network's time tolerance (1e-9 of the clock) of an event ends with it, its last bytes
+    # credited at once: tier links, with many such ends, agree within 1e-6.
     sample = dynosim.sample_trace_path()
     disagg = dynosim.replay(
         sample,
@@ -405,5 +407,5 @@ def test_link_use_over_time_adds_up_to_the_summarys():
         ("g2_g1_link_use", use["g2_to_g1"]),
         ("g3_link_use", use["g2_to_g3"]),
     ):
-        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-9)
+        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-6)
     assert use["g3_to_g2"] == use["g2_to_g3"]  # one half-duplex link carries both

@@ -124,6 +124,8 @@ class Report:
         self.requests: dict[str, np.ndarray] = raw["requests"]
         self.timeseries: dict[str, Any] = raw["timeseries"]
         self.provenance: dict[str, Any] = provenance or {}
+        explained = raw.get("breakdown_json")
+        self._breakdown: dict[str, Any] | None = json.loads(explained) if explained else None
         _freeze(self.requests)
         _freeze(self.timeseries)
 
@@ -156,6 +158,10 @@ class Report:
             "requests": _arrays(data["requests"], f"{where}: requests"),
             "timeseries": _arrays(data["timeseries"], f"{where}: timeseries"),
         }
+        if "breakdown" in data:
+            if not isinstance(data["breakdown"], dict):
+                raise ReportError(f"{where}: field 'breakdown': expected an object")
+            raw["breakdown_json"] = json.dumps(data["breakdown"])
         n = data["summary"].get("num_requests")
         for name, column in raw["requests"].items():
             if not isinstance(column, np.ndarray) or len(column) != n:
@@ -193,6 +199,8 @@ class Report:
         }
         if self.provenance:
             out["provenance"] = self.provenance
+        if self._breakdown is not None:
+            out["breakdown"] = self._breakdown
         return _plain(out)
 
     @cached_property
@@ -248,6 +256,42 @@ class Report:
         if metric not in _LATENCIES:
             raise KeyError(f"unknown latency metric {metric!r}; choose one of {_LATENCIES}")
         return self.summary[metric]
+
+    def breakdown(self) -> dict[str, Any]:
+        """Where the replay's time went (a replay run with ``report.explain`` on, ``dynosim
+        replay --explain``):
+
+        - ``ranks``: per rank (``role``, ``worker`` in the role's numbering, ``dp_rank``), its
+          passes by kind (``prefill_only``, ``decode_only``, ``mixed``): how many, mean and p99
+          priced time (ms), and the mean of each part of the price (ms);
+        - ``parts``: per role, the parts its prices split into, each with ``family`` (the AIC
+          family of measurements that priced it; ``None``: AIC's own formula) and
+          ``version`` (the engine version whose measurements priced it) when AIC timed it;
+        - ``ttft_stages``: in order, each stage of the time to first token (``queue``,
+          ``prefill_passes``, ``between_chunks``, ``handoff``, ``transfer``,
+          ``after_transfer``) with its mean over completed requests (``mean_ms``; they add up
+          to the mean TTFT); each request's stages are the columns
+          ``requests["ttft_<stage>_ms"]``.
+
+        Raises:
+            ValueError: the replay was not explained.
+        """
+        if self._breakdown is None:
+            raise ValueError(
+                "this replay kept no breakdown: replay with report.explain on (dynosim replay "
+                "--explain, or config {'report': {'explain': True}})"
+            )
+        from dynosim.config import SimConfig, resolve
+
+        timing = self.provenance.get("timing", {})
+        paths = {role: v.timing_path for role, v in resolve(SimConfig(**self.config)).roles.items()}
+        parts = {}
+        for role, names in self._breakdown["parts"].items():
+            priced = timing.get(paths[role], {}).get("parts", {})
+            parts[role] = {
+                name: priced.get(name, {"family": None, "version": None}) for name in names
+            }
+        return {**self._breakdown, "parts": parts}
 
     def __repr__(self) -> str:
         s = self.summary

@@ -28,7 +28,7 @@ from dynosim.errors import ConfigError
 
 #: Bumped whenever the table axes or the query mapping change, so old cached tables are not
 #: reused (part of every table's cache key). 2: operator tables (mixed passes, prefixes).
-GRID_VERSION = 2
+GRID_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-seqs",
         type=int,
         metavar="N",
-        help=f"most running requests per worker (default {d.engine.max_num_seqs})",
+        help=f"most running requests per rank (default {d.engine.max_num_seqs})",
     )
     p.add_argument(
         "--max-num-batched-tokens",
@@ -353,6 +353,12 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
     if backend == "trtllm" and args.compare is not None:
         # The peers' TensorRT-LLM engines chunk contexts (TensorRT-LLM's default is not to).
         data["engine"]["enable_chunked_context"] = True
+    if backend == "vllm" and args.compare is not None:
+        # The peers' vLLM engines form each pass when the one before ends and admit a request
+        # once its first chunk fits (vLLM forms passes ahead and, from 0.19, gates on the
+        # whole prompt).
+        data["engine"]["async_scheduling"] = False
+        data["engine"]["scheduler_reserve_full_isl"] = False
     data["cluster"]["router"] = router
     data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
     for value, section, key in (

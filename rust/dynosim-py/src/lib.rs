@@ -441,6 +441,9 @@ fn report_dict<'py>(
     let out = PyDict::new(py);
     out.set_item("summary_json", report.summary_json())?;
     out.set_item("config_json", config.to_json())?;
+    if let Some(json) = report.breakdown_json() {
+        out.set_item("breakdown_json", json)?;
+    }
     let r = report.records;
     let d = report.derived;
     let requests = PyDict::new(py);
@@ -472,6 +475,12 @@ fn report_dict<'py>(
         requests.set_item("g3_hit_blocks", r.g3_hit_blocks.into_pyarray(py))?;
         requests.set_item("onboard_start_ms", r.onboard_start_ms.into_pyarray(py))?;
         requests.set_item("onboard_end_ms", r.onboard_end_ms.into_pyarray(py))?;
+    }
+    // An explained replay: where its time went, and each request's TTFT by stage.
+    if let Some((_, stages)) = report.breakdown {
+        for (name, column) in dynosim_core::report::TTFT_STAGES.iter().zip(stages) {
+            requests.set_item(format!("ttft_{name}_ms"), column.into_pyarray(py))?;
+        }
     }
     out.set_item("requests", requests)?;
     // Each series as {"mean", "min", "max"} over the buckets; a series with a column per

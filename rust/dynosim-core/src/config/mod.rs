@@ -23,7 +23,10 @@ pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, Transfer
 pub use offload::{Duplex, InFlight, OffloadConfig, OffloadWrites};
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
-pub use timing::{AicTiming, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig};
+pub use timing::{
+    AicTiming, FixedTiming, MixedDecodeAttention, OpTables, PolynomialTiming, TableTiming,
+    TimingConfig,
+};
 
 /// Settings of one role in disaggregated mode; each one given replaces the shared `engine` or
 /// `timing` section as a whole for that role.
@@ -275,6 +278,17 @@ pub enum Role {
     Prefill,
     /// Decodes requests whose KV arrived from a prefill worker.
     Decode,
+}
+
+impl Role {
+    /// The role's name as configurations and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Aggregated => "aggregated",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
 }
 
 pub(crate) fn positive(field: &str, value: f64) -> Result<()> {

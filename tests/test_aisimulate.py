@@ -522,7 +522,7 @@ def test_a_binary_built_on_another_release_is_refused(monkeypatch, tmp_path, sma
     out = {"summary": {}, "wall": {"replay_ms": 1, "trace_load_ms": 1}, "version": "0.12.0"}
     fake_binary(monkeypatch, tmp_path, f"echo '{json.dumps(out)}'")
     with pytest.raises(DynosimError, match=r"fake-aisim is built on aisimulate-core 0\.12\.0, "):
-        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+        AisimulateReplay(small_trace, peer_config(), 512).run()
 
 
 def test_a_timeout_kills_the_programs_children_too(tmp_path):

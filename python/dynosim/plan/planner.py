@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynosim.aic import default_cache_dir, resolve_aic_timing
+from dynosim._cache import default_cache_dir
+from dynosim.aic import resolve_aic_timing
 from dynosim.aic.generator import dynamo_release
 from dynosim.config import AicTiming, SimConfig, load_config, resolve
 from dynosim.deploy import (

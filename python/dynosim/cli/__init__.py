@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
+from dynosim._version import VERSION
 from dynosim.cli import plan, render, replay, report, schema, sweep, validate
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings, run_command
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, Parser, plain_warnings, run_command
 
 #: The commands by name, in the order ``--help`` lists them.
 COMMANDS: dict[str, ModuleType] = {
@@ -23,7 +24,8 @@ COMMANDS: dict[str, ModuleType] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dynosim", description=__doc__)
+    p = Parser(prog="dynosim", description=__doc__)
+    p.add_argument("--version", action="version", version=f"dynosim {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS.values():
         command.add_parser(sub)

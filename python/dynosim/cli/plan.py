@@ -58,7 +58,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", required=True, help="AIC system, e.g. h200_sxm")
     p.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], default="trtllm")
     p.add_argument("--backend-version", help="engine release (default: the Dynamo release's)")
-    p.add_argument("--max-gpus", type=int, required=True, help="most GPUs a deployment may use")
+    p.add_argument(
+        "--max-gpus", "--total-gpus", type=int, required=True, help="most GPUs a deployment may use"
+    )
     p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4, 8], help="TP sizes")
     p.add_argument(
         "--dp", type=int, nargs="+", default=[1], help="DP ranks per worker (attention DP for MoE)"
@@ -92,7 +94,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dynamo-version", help="Dynamo release to deploy (default: AIC's)")
     p.add_argument("--no-render", action="store_true", help="do not render the pick's manifest")
     add_search_arguments(p)
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+    p.add_argument(
+        "-o", "--output", "--save-dir", type=Path, required=True, metavar="DIR", help="output dir"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -66,7 +66,9 @@ def add_parser(sub: Any) -> None:
         help="run --jobs replays at once even past the CPUs, the candidates or the memory "
         "they are estimated to need",
     )
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+    p.add_argument(
+        "-o", "--output", "--save-dir", type=Path, required=True, metavar="DIR", help="output dir"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

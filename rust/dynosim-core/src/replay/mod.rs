@@ -185,6 +185,7 @@ fn run(
                 new_passes.push(w as u32);
             }
         }
+        sampler.refresh(&cluster);
         cluster.dirty.clear();
         // Chain only once every worker has started what it starts now: their pass ends bound
         // the horizon.

@@ -6,8 +6,6 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
-use std::collections::VecDeque;
-
 use super::slot_index::SlotIndex;
 use crate::block_ids::BlockId;
 
@@ -24,8 +22,8 @@ struct Slot {
     stamp: u32,
 }
 
-/// Stale LRU entries allowed beyond the live ones before they are dropped (few in the tests,
-/// so their short runs drop them often).
+/// Stale LRU entries allowed beyond the live ones before they are dropped, at least (few in
+/// the tests, so their short runs drop them often).
 const LRU_SLACK: usize = if cfg!(test) { 2 } else { 64 };
 
 /// Slots a new cache reserves at most; it grows past them as blocks are used.
@@ -41,10 +39,12 @@ pub struct KvCache {
     slots: Vec<Slot>,
     /// Slots without an identity, the last spared on top.
     spare: Vec<u32>,
-    /// Inactive slots, least recently used first, as (slot, stamp): a slot leaving the order
-    /// only bumps its stamp, and popping skips entries whose stamp is stale. A queue read in
-    /// order costs evictions no pointer chasing through cold slots, as a linked list did.
-    lru: VecDeque<(u32, u32)>,
+    /// Inactive slots, least recently used first from `lru_head` on, as (slot, stamp): a slot
+    /// leaving the order only bumps its stamp, and popping skips entries whose stamp is stale.
+    /// A queue read in order costs evictions no pointer chasing through cold slots, as a
+    /// linked list did.
+    lru: Vec<(u32, u32)>,
+    lru_head: usize,
     evictions: u64,
     /// Identities of evicted blocks, oldest first, kept only once `record_evictions` is called
     /// (the offload tiers read them; a cache without tiers pays nothing).
@@ -73,7 +73,8 @@ impl KvCache {
             // capacity up front would take memory its replay may never touch.
             slots: Vec::with_capacity(capacity.min(RESERVED_SLOTS) as usize),
             spare: Vec::new(),
-            lru: VecDeque::new(),
+            lru: Vec::new(),
+            lru_head: 0,
             evictions: 0,
             record_evicted: false,
             evicted: Vec::new(),
@@ -265,7 +266,8 @@ impl KvCache {
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
         let slot = loop {
-            let (slot, stamp) = self.lru.pop_front().expect("eviction with an inactive block");
+            let (slot, stamp) = self.lru[self.lru_head];
+            self.lru_head += 1;
             if self.slots[slot as usize].stamp == stamp {
                 break slot;
             }
@@ -312,24 +314,46 @@ impl KvCache {
     }
 
     /// Make inactive `slot` the most recently used.
+    #[inline(always)]
     fn push_back(&mut self, slot: u32) {
-        if self.lru.len() >= 2 * self.inactive as usize + LRU_SLACK {
+        let queued = self.lru.len() - self.lru_head;
+        // Stale entries allowed past the live ones: a quarter of the capacity, so a cache whose
+        // blocks are mostly held (few live entries) does not compact every few releases.
+        let slack = LRU_SLACK.max(self.capacity as usize / 4);
+        if queued >= 2 * self.inactive as usize + slack {
             self.compact_lru();
+        } else if self.lru_head >= queued + LRU_SLACK {
+            // Mostly popped: move the queue to the front, no stamp read.
+            self.lru.drain(..self.lru_head);
+            self.lru_head = 0;
         }
-        self.lru.push_back((slot, self.slots[slot as usize].stamp));
+        self.lru.push((slot, self.slots[slot as usize].stamp));
     }
 
-    /// Drop the stale entries of the LRU queue, keeping the live ones in order. Run when at
-    /// most half the entries are live, so each entry is copied at most once on average, and
-    /// a slot's stamp changes fewer times than entries pile up between runs (no wrap).
+    /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
+    /// when at most about half the queued entries are live, so each stale entry is read about
+    /// once; fewer than 1.25 x capacity + `LRU_SLACK` stale entries pile up between runs, each bump
+    /// of a stamp making one, so no stamp wraps onto a stale entry.
+    #[cold]
+    #[inline(never)]
     fn compact_lru(&mut self) {
         let slots = &self.slots;
-        self.lru.retain(|&(slot, stamp)| slots[slot as usize].stamp == stamp);
+        let mut live = 0;
+        for k in self.lru_head..self.lru.len() {
+            let (slot, stamp) = self.lru[k];
+            if slots[slot as usize].stamp == stamp {
+                self.lru[live] = (slot, stamp);
+                live += 1;
+            }
+        }
+        self.lru.truncate(live);
+        self.lru_head = 0;
     }
 
     /// Whether inactive `slot` is the most recently used.
     fn is_most_recent(&self, slot: u32) -> bool {
-        self.lru.back() == Some(&(slot, self.slots[slot as usize].stamp))
+        self.lru.len() > self.lru_head
+            && self.lru.last() == Some(&(slot, self.slots[slot as usize].stamp))
     }
 
     /// Take inactive `slot` out of the LRU order.

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import dynosim
 
-_TRACES = Path(os.environ.get("DYNOSIM_TRACES", Path(__file__).resolve().parents[2] / "shared/data/traces"))
+_TRACES = Path(
+    os.environ.get("DYNOSIM_TRACES", Path(__file__).resolve().parents[2] / "shared/data/traces")
+)
 
 #: 262,144 KV bytes per token: a 64-layer model with 8 KV heads of 128 in bf16.
 _KV = 262_144

@@ -10,17 +10,37 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import import_module
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from dynosim.errors import WorkloadError
-from dynosim.workload.measured.aiperf import read_aiperf
-from dynosim.workload.measured.run import MeasuredFormat, MeasuredRun
-from dynosim.workload.measured.vllm_bench import read_vllm_bench, vllm_schedule_s
-from dynosim.workload.reading import read_text
 
-#: The formats ``load_measured`` reads.
+if TYPE_CHECKING:
+    from dynosim.workload.measured.aiperf import read_aiperf
+    from dynosim.workload.measured.run import MeasuredRun
+    from dynosim.workload.measured.vllm_bench import read_vllm_bench, vllm_schedule_s
+
+#: The formats ``load_measured`` reads. Known without importing the readers (numpy), so the
+#: command line's flags name them at once.
+MeasuredFormat = Literal["aiperf", "vllm-bench"]
 MEASURED_FORMATS: tuple[str, ...] = get_args(MeasuredFormat)
+
+#: The readers' names, imported on first use.
+_LAZY = {
+    "read_aiperf": "dynosim.workload.measured.aiperf",
+    "MeasuredRun": "dynosim.workload.measured.run",
+    "read_vllm_bench": "dynosim.workload.measured.vllm_bench",
+    "vllm_schedule_s": "dynosim.workload.measured.vllm_bench",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dynosim.workload.measured' has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 
 def _json(text: str) -> Any:
@@ -35,6 +55,8 @@ def detect_format(path: Path) -> MeasuredFormat:
     first record has ``metadata`` and ``metrics`` are AIPerf's, a JSON object with
     ``input_lens`` or ``ttfts`` is ``vllm bench``'s. Anything else raises WorkloadError
     saying what the file looks like instead."""
+    from dynosim.workload.reading import read_text
+
     text = read_text(path)
     first = next((line for line in text.split("\n") if line.strip()), None)
     if first is None:
@@ -82,6 +104,9 @@ def load_measured(
     lines) and field. Replay ``run.columns`` on a deployment, then compare with
     :func:`dynosim.compare_measured`.
     """
+    from dynosim.workload.measured.aiperf import read_aiperf
+    from dynosim.workload.measured.vllm_bench import read_vllm_bench
+
     path = Path(path)
     if format is None:
         format = detect_format(path)

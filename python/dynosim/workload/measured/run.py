@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,8 +15,10 @@ from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
 
+if TYPE_CHECKING:
+    from dynosim.workload.measured import MeasuredFormat
+
 #: The measured formats, by the name ``--format`` takes.
-MeasuredFormat = Literal["aiperf", "vllm-bench"]
 
 #: Prompt tokens per fresh hash id. A measured run carries no prefix information, so every
 #: prompt gets ids no other prompt shares; their block size changes nothing.
@@ -187,4 +189,4 @@ def build_run(
     )
 
 
-__all__ = ["MeasuredFormat", "MeasuredRun", "Replayed", "build_run", "measured_value"]
+__all__ = ["MeasuredRun", "Replayed", "build_run", "measured_value"]

@@ -557,10 +557,15 @@ mod tests {
         let ones: Vec<(f64, u64)> = runs.iter().map(|r| (r.0, 1)).collect();
         let plain = Distribution::of(runs.iter().map(|r| r.0));
         let all_bits = |d: &Distribution| {
-            let f = [d.mean, d.std, d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99];
+            let f = [
+                d.mean, d.std, d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99,
+            ];
             (d.count, f.map(|x| x.map(f64::to_bits)))
         };
-        assert_eq!(all_bits(&plain), all_bits(&Distribution::from_runs(&ones, None)));
+        assert_eq!(
+            all_bits(&plain),
+            all_bits(&Distribution::from_runs(&ones, None))
+        );
         let bits = |d: &Distribution| {
             let f = [d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99];
             (d.count, f.map(|x| x.map(f64::to_bits)))

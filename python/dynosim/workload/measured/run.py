@@ -7,16 +7,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
-
-if TYPE_CHECKING:
-    from dynosim.workload.measured import MeasuredFormat
 
 #: The measured formats, by the name ``--format`` takes.
 
@@ -56,7 +53,7 @@ class MeasuredRun:
     """
 
     path: Path
-    format: MeasuredFormat
+    format: str  # one of dynosim.workload.measured.MEASURED_FORMATS
     columns: TraceColumns
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray
@@ -113,7 +110,7 @@ class Replayed:
 
 def build_run(
     path: Path,
-    format: MeasuredFormat,
+    format: str,
     done: Replayed,
     start_ms: Sequence[float],
     num_records: int,

@@ -79,10 +79,8 @@ impl Sampler {
         for w in 0..workers {
             (sampler.queued[w], sampler.running[w]) = Self::requests_of(cluster, w);
         }
-        (sampler.queued_total, sampler.running_total) = (
-            sampler.queued.iter().sum(),
-            sampler.running.iter().sum(),
-        );
+        (sampler.queued_total, sampler.running_total) =
+            (sampler.queued.iter().sum(), sampler.running.iter().sum());
         sampler
     }
 
@@ -125,7 +123,10 @@ impl Sampler {
             self.running_total = self.running_total - self.running[w] + running;
             (self.queued[w], self.running[w]) = (queued, running);
             self.set(2 + w, f64::from(Self::blocks_of(cluster, w)));
-            self.set(2 + workers + w, f64::from(u8::from(cluster.workers[w].busy)));
+            self.set(
+                2 + workers + w,
+                f64::from(u8::from(cluster.workers[w].busy)),
+            );
         }
         self.set(0, self.queued_total as f64);
         self.set(1, self.running_total as f64);
@@ -133,7 +134,11 @@ impl Sampler {
         {
             let all = self.read_all(cluster);
             let n = 2 + 2 * workers;
-            assert_eq!(self.values[..n], all[..n], "kept state differs from a full read");
+            assert_eq!(
+                self.values[..n],
+                all[..n],
+                "kept state differs from a full read"
+            );
         }
     }
 

@@ -6,12 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynosim._dependencies import matplotlib
-from dynosim._files import atomic_open
 from dynosim.cli import measured
-from dynosim.cli.breakdown import render_breakdown
 from dynosim.cli.common import (
     EXIT_REJECTED,
     UsageError,
@@ -21,13 +18,11 @@ from dynosim.cli.common import (
     typed,
     workload_from_args,
 )
-from dynosim.cli.output import check_outputs
-from dynosim.cli.summary import render_summary
-from dynosim.compare.measured import compare_measured
-from dynosim.config import SimConfig, load_settings_file, load_timing_table
 from dynosim.errors import ConfigError, MissingExtraError
-from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
+
+if TYPE_CHECKING:
+    from dynosim.config import SimConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -231,6 +226,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
     """The configuration the flags describe: the --config file (checked with the engine
     --backend names, whose settings it may hold), then each flag's setting. A setting a flag
     gave that is out of range is named by the flag as typed."""
+    from dynosim.config import SimConfig, load_settings_file
+
     base = (
         load_settings_file(
             args.config,
@@ -369,6 +366,8 @@ def _timing(
         return {"model": "fixed", **fixed}
     if model == "table":
         if args.timing_table is not None:
+            from dynosim.config import load_timing_table
+
             return load_timing_table(args.timing_table).model_dump()
         if current["model"] != "table":
             raise UsageError("--timing table needs --timing-table FILE.npz")
@@ -376,7 +375,16 @@ def _timing(
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `dynosim replay --help` needs none of them.
     from rich.console import Console
+
+    from dynosim._dependencies import matplotlib
+    from dynosim._files import atomic_open
+    from dynosim.cli.breakdown import render_breakdown
+    from dynosim.cli.output import check_outputs
+    from dynosim.cli.summary import render_summary
+    from dynosim.compare.measured import compare_measured
+    from dynosim.replay import replay
 
     json_file = None if args.json in (None, "-") else Path(args.json)
     check_outputs(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -280,3 +282,20 @@ def test_capacities_and_saturation_are_drawn_and_said(long_disagg):
     assert "capacity: 2,048" in labels and "G2 capacity: 1,024" in labels
     page = long_disagg.to_html()
     assert 'id="warnings"' in page and "KV-transfer link" in page
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["replay", "--help"]])
+def test_help_and_version_import_no_configuration_models(argv):
+    # What makes a start slow is what it imports (pydantic's models, numpy, the planner):
+    # measured in the report as times, checked here as imports.
+    script = (
+        "import sys\n"
+        "from dynosim.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "heavy = ('pydantic', 'numpy', 'matplotlib', 'rich', 'dynosim.plan', 'dynosim.config')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[]"

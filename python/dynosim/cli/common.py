@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynosim._validation import shown, suggestion
 from dynosim.errors import ConfigError, DynosimError, MissingExtraError, OutputError
 
 if TYPE_CHECKING:
@@ -85,6 +84,9 @@ class Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         choices = action.choices
         if choices is not None and value not in choices:
+            # Imported here, on the error path: it pulls in pydantic, which a start does without.
+            from dynosim._validation import suggestion
+
             listed = ", ".join(repr(c) for c in choices)
             hint = suggestion(str(value), (str(c) for c in choices))
             raise argparse.ArgumentError(
@@ -94,6 +96,8 @@ class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:
+            from dynosim._validation import suggestion
+
             parser = self._command_parser(parsed)
             flags = [s for a in parser._actions for s in a.option_strings]
             hints = "".join(
@@ -124,6 +128,8 @@ def name_flags(error: ConfigError, given: Iterable[tuple[str, str, Any]]) -> Con
     """``error`` (a configuration's, whose problems start with a dotted path) with each problem
     at a path a flag set naming that flag and the value typed: ``given`` holds (dotted path,
     flag as typed, value). ``--workers 0 (cluster.num_workers): must be ...``."""
+    from dynosim._validation import shown
+
     text = str(error)
     for path, flag, value in given:
         text = re.sub(

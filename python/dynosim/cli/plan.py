@@ -38,11 +38,11 @@ from dynosim.views.pages import pareto_page
 SHOWN = ("layout", "replicas", "prefill_workers", "decode_workers")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``plan`` subcommand and its flags."""
     p = sub.add_parser(
         "plan",
-        help="find the deployment meeting an SLA on the fewest GPUs, with its manifest",
+        help=line,
         description="Search the layouts AIConfigurator's default mode considers (aggregated "
         "TP x replicas; disaggregated prefill TP x decode TP x worker counts) within "
         "--max-gpus, each timed with AIC, for the fewest GPUs meeting the SLA on TRACE (or "

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from dynosim.config import SimConfig
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``replay`` subcommand and its flags."""
     r = sub.add_parser(
         "replay",
-        help="replay a trace on a simulated cluster",
+        help=line,
         description="Replay a trace (Mooncake JSONL or Azure CSV) on a simulated cluster. "
         "With no TRACE, replays the bundled Mooncake conversation sample.",
     )

@@ -36,11 +36,11 @@ PARTIAL = "results.partial.jsonl"
 COMPLETE = ("results.jsonl", "results.csv", "pareto.csv", "pareto.html")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``sweep`` subcommand and its flags."""
     p = sub.add_parser(
         "sweep",
-        help="replay a workload under every candidate of a space of configurations",
+        help=line,
         description="Replay TRACE (or --synthetic traffic) under every candidate of --space "
         "applied to --config, and write DIR/results.csv, DIR/results.jsonl and DIR/pareto.csv "
         "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA), "

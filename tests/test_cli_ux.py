@@ -278,8 +278,13 @@ def test_capacities_and_saturation_are_drawn_and_said(long_disagg):
     assert max(use) > 0.95
     assert any(line.startswith("KV-transfer link") for line in lines)
     fig = long_disagg.plot("state")
-    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
-    assert "capacity: 2,048" in labels and "G2 capacity: 1,024" in labels
+    legends = {
+        ax.get_ylabel(): [t.get_text() for t in ax.get_legend().texts]
+        for ax in fig.axes
+        if ax.get_legend()
+    }
+    assert "capacity: 2,048" in legends["KV blocks in use"]
+    assert "capacity: 1,024" in legends["G2 blocks held"]
     page = long_disagg.to_html()
     assert 'id="warnings"' in page and "KV-transfer link" in page
 

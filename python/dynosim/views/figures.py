@@ -179,16 +179,12 @@ def state(report: Any) -> Any:
         (each("busy"), "busy share", False, [], None),
     ]
     if "g2_blocks_used" in series:
-        tiers = [(n, c) for n, c in (("g2", cap.g2_blocks), ("g3", cap.g3_blocks)) if c]
-        panels.append(
-            (
-                [f"{n}_blocks_used" for n, _ in tiers],
-                "blocks held in tier",
-                True,
-                [(c, f"{n.upper()} capacity: {c:,}") for n, c in tiers],
-                [(f"{n}_blocks_used", c) for n, c in tiers],
-            )
-        )
+        # A panel per tier: G3 is often many times G2, which would flatten G2 on a shared axis.
+        for n, c in (("g2", cap.g2_blocks), ("g3", cap.g3_blocks)):
+            if c:
+                used = f"{n}_blocks_used"
+                limit = [(c, f"capacity: {c:,}")]
+                panels.append(([used], f"{n.upper()} blocks held", True, limit, [(used, c)]))
         panels.append((["onboarding"], "requests onboarding", True, [], None))
         links = [k for k in series if k.endswith("_link_use")]
         panels.append(

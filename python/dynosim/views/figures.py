@@ -200,6 +200,9 @@ def state(report: Any) -> Any:
             share = np.max([series[name][1] / total for name, total in hot], axis=0)
             _saturated(ax, t, share)
         ax.set_ylabel(ylabel)
+        if ax.get_ylim()[1] >= 10_000:
+            # 600k, not 600000: the fixed margin leaves the axis label room for few digits.
+            ax.yaxis.set_major_formatter(matplotlib().ticker.EngFormatter(sep=""))
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)
         if len(names) <= 16:

@@ -304,3 +304,29 @@ def test_help_and_version_import_no_configuration_models(argv):
         [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60
     )
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_offline_replay_bench_takes_dynosims_names_and_names_the_flag_typed(capsys):
+    def config(*flags: str) -> dynosim.SimConfig:
+        parser = bench._parser()
+        return bench.build_config(parser.parse_args(["trace.jsonl", *flags]), parser)
+
+    assert config("--workers", "3") == config("--num-workers", "3")
+    disagg = ["--serving-mode", "disagg", "--prefill-workers", "2", "--decode-workers", "1"]
+    kv = ["--kv-bytes-per-token", "1000"]
+    assert config(*disagg, *kv, "--kv-bandwidth-gbps", "5") == config(
+        *kv,
+        "--serving-mode",
+        "disagg",
+        "--num-prefill-workers",
+        "2",
+        "--num-decode-workers",
+        "1",
+        "--kv-transfer-bandwidth",
+        "5",
+    )
+    with pytest.raises(SystemExit):
+        config("--serving-mode", "disagg", "--workers", "2")
+    assert "--workers: counts aggregated workers" in capsys.readouterr().err
+    with pytest.raises(dynosim.ConfigError, match=r"--workers 0 \(cluster\.num_workers\)"):
+        config("--workers", "0")

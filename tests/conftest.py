@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +152,26 @@ def progress(pytestconfig: pytest.Config) -> Callable[[str], None]:
             reporter.write_line(f"dynosim tests: {line}")
 
     return say
+
+
+@contextmanager
+def ticking(say: Callable[[str], None], what: str, every_s: float = 60.0) -> Iterator[None]:
+    """While the block runs, ``say`` a line every ``every_s`` seconds that ``what`` is still
+    going, with the minutes so far (nothing when it ends sooner: a binary found built)."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            say(f"{what}: still going after {(time.monotonic() - start) / 60.0:.1f} min")
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 #: Skips a run should say aloud whatever the -r flags: they leave a part of the suite untried.

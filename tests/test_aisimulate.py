@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TRACES, peer_config
+from conftest import TRACES, peer_config, ticking
 
 import dynosim
 from dynosim.bench import build_config
@@ -564,7 +564,8 @@ needs_aisimulate = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def aisim_bin(progress) -> Path:
     """The built binary (a clean build takes about 10 minutes on 2 cores; CI builds it first)."""
-    return binary.aisimulate_binary(announce=progress)
+    with ticking(progress, "building AISimulate's replay"):
+        return binary.aisimulate_binary(announce=progress)
 
 
 @needs_aisimulate
@@ -831,7 +832,8 @@ def dev_bin(progress) -> Path:
     says: that names one release's binary)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(binary.BINARY_ENV, raising=False)
-        return binary.aisimulate_binary(DEV, announce=progress)
+        with ticking(progress, "building AISimulate's development replay"):
+            return binary.aisimulate_binary(DEV, announce=progress)
 
 
 def run_dev(dev_bin: Path, trace: Path, config: dynosim.SimConfig, tmp_path: Path) -> tuple:

@@ -27,13 +27,18 @@ def _pytest(folder: Path, env: dict[str, str]) -> str:
 def test_progress_lines_and_skipped_real_traces_are_said(tmp_path):
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_one.py").write_text(
+        "import time\n"
+        "from conftest import ticking\n\n"
         "def test_builds(progress):\n"
-        "    progress('building the thing')\n\n"
+        "    progress('building the thing')\n"
+        "    with ticking(progress, 'the thing', every_s=0.2):\n"
+        "        time.sleep(0.5)\n\n"
         "def test_on_a_trace(real_trace):\n"
         "    real_trace('mooncake_conversation.jsonl')\n"
     )
     out = _pytest(tmp_path, {"DYNOSIM_TRACES": str(tmp_path / "none")})
     assert "dynosim tests: building the thing" in out
+    assert "dynosim tests: the thing: still going after 0.0 min" in out
     assert "dynosim tests: 1 real-trace tests skipped (set $DYNOSIM_TRACES" in out
     traces = tmp_path / "traces"
     traces.mkdir()

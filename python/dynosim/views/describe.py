@@ -13,7 +13,6 @@ import numpy as np
 
 from dynosim.config import EngineConfig, SimConfig, resolve
 from dynosim.config.resolved import RoleView
-from dynosim.report import REJECT_REASONS, STATUS_REJECTED
 from dynosim.views.series import bucket_widths, link_names
 
 #: Use (a link's busy share, a tier's filled share) above which a replay is called saturated.
@@ -118,12 +117,12 @@ def rejections(report: Any) -> list[str]:
         f"the latencies cover the {int(s['completed_requests']):,} completed"
     ]
     view = resolve(SimConfig.model_validate(report.config))
-    status = np.asarray(report.requests["status"])
-    codes = np.asarray(report.requests["reject_reason"])
-    prompts = np.asarray(report.requests["input_length"])
+    rows, reasons = zip(*report.rejections(), strict=True)
+    prompts = np.asarray(report.requests["input_length"])[list(rows)]
+    reasons = np.asarray(reasons)
     by_count = sorted(s["rejections_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
     for reason, count in by_count:
-        hit = prompts[(status == STATUS_REJECTED) & (codes == REJECT_REASONS.index(reason))]
+        hit = prompts[reasons == reason]
         span = f"{hit.min():,}" if hit.min() == hit.max() else f"{hit.min():,}-{hit.max():,}"
         lines.append(f"{count:,} {reason}: prompts of {span} tokens, {_why(reason, view)}")
     return lines

@@ -92,15 +92,28 @@ class Runner:
 
     ``executor``: None or ``"threads"`` (a thread pool of ``jobs`` threads, default the CPU
     count), ``"processes"`` (a process pool, the workload shipped to each process once),
-    ``"ray"`` (Ray tasks, the workload put in Ray's object store once; Ray is started locally
-    unless already initialised), or a ``concurrent.futures.Executor`` (its own workers;
+    ``"ray"`` (Ray tasks, the workload put in Ray's object store once, so each node fetches
+    it once and each worker process prepares it once; Ray is started locally unless already
+    initialised, or joined at ``address``, an existing cluster's, as ``ray start --head``
+    prints it), or a ``concurrent.futures.Executor`` (its own workers;
     ``jobs`` must be None). Close it (or use it as a context manager) to stop a pool it owns
     and the replays still running in its threads (after Ctrl-C, say).
     """
 
-    def __init__(self, columns: TraceColumns, executor: Any = None, jobs: int | None = None):
+    def __init__(
+        self,
+        columns: TraceColumns,
+        executor: Any = None,
+        jobs: int | None = None,
+        *,
+        address: str | None = None,
+    ):
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
             raise ConfigError(f"jobs: expected a positive integer, got {jobs!r}")
+        if address is not None and executor != "ray":
+            raise ConfigError(
+                f"address: the Ray cluster to run on, for executor 'ray'; got executor {executor!r}"
+            )
         self.columns = columns
         self.token = uuid.uuid4().hex
         self._ray: Any = None
@@ -137,7 +150,15 @@ class Runner:
             )
         else:
             ray = _dependencies.ray("executor='ray'")
-            if not ray.is_initialized():
+            if not ray.is_initialized() and address is not None:
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise ConfigError(
+                        f"address: no Ray cluster reachable at {address!r} ({e}); start one "
+                        "with: ray start --head"
+                    ) from None
+            elif not ray.is_initialized():
                 ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
             self._ray = ray
             self._ray_columns = ray.put(columns)

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             sla=sla,
             executor=args.executor,
             jobs=args.jobs,
+            address=args.address,
             progress=not args.no_progress,
             on_row=keep,
         )

@@ -44,6 +44,7 @@ from dynosim.deploy import (
     render_dgd,
     validate_manifest,
 )
+from dynosim.deploy.candidate import ENGINE_SETTINGS
 from dynosim.deploy.lowering import LoweredWorkload
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.plan import explain
@@ -262,13 +263,15 @@ class _Builder:
     def candidate(
         self, layout: Layout, settings: EngineSettings, point: Sequence[int]
     ) -> Candidate:
+        """The candidate of ``layout`` with ``settings`` at worker counts ``point``; a role's
+        own engine section in the base keeps the settings it sets itself."""
         roles = {
             role: WorkerRole(
                 replicas=n,
                 tensor_parallel_size=tp,
                 data_parallel_size=layout.dp,
                 expert_parallel_size=layout.ep,
-                **settings.role_fields(self.backend),
+                **self._role_fields(role, settings),
             )
             for role, tp, n in zip(layout.roles, layout.tps, point, strict=True)
         }
@@ -281,6 +284,18 @@ class _Builder:
             block_size=self.block_size,
             **roles,
         )
+
+    def _role_fields(self, role: str, settings: EngineSettings) -> dict[str, Any]:
+        fields = settings.role_fields(self.backend)
+        own = getattr(self.base, role).engine if role != "aggregated" else None
+        if own is None:
+            return fields
+        keys = {**ENGINE_SETTINGS[self.backend], "max_batch_size": "max_num_seqs"}
+        kept = {k for k in own.model_fields_set if getattr(own, k) is not None}
+        return {
+            name: getattr(own, keys[name]) if keys[name] in kept else value
+            for name, value in fields.items()
+        }
 
     def config(self, layout: Layout, settings: EngineSettings, point: Sequence[int]) -> SimConfig:
         """The configuration of ``layout`` with ``settings`` at worker counts ``point``: the

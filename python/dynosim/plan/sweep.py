@@ -152,6 +152,7 @@ def sweep(
     sla: Sla | Mapping[str, Any] | None = None,
     executor: Any = None,
     jobs: int | None = None,
+    address: str | None = None,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> SweepResult:
@@ -170,6 +171,8 @@ def sweep(
         executor: None or ``"threads"`` (a thread pool), ``"processes"``, ``"ray"`` (needs
             ``pip install 'dynosim[ray]'``), or any ``concurrent.futures.Executor``.
         jobs: workers of a named executor (default: the CPU count).
+        address: with ``executor="ray"``, an existing Ray cluster's address (``ray start
+            --head`` prints it); None starts Ray locally unless it is running.
         progress: show a progress bar (done / total, ETA) on stderr.
         on_row: called with each row as its replay finishes (in finishing order).
 
@@ -191,7 +194,7 @@ def sweep(
     ]
     rows: list[dict[str, Any]] = []
     with (
-        Runner(columns, executor, jobs) as runner,
+        Runner(columns, executor, jobs, address=address) as runner,
         progress_bar("replaying candidates", len(candidates), progress) as bar,
     ):
 

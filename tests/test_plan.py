@@ -513,6 +513,12 @@ def test_disaggregated_candidates_move_kv_over_the_systems_links(small_trace):
     base = {"kv_transfer": {"bandwidth_gbps": 400.0, "kv_bytes_per_token": 262144}}
     kept = dynosim.plan(small_trace, base=base, **kwargs)
     assert kept.config.kv_transfer.bandwidth_gbps == 400.0
+    # Offload tiers: a rank's G1<->G2 link is its GPUs' PCIe links, the smallest rank's.
+    tiers = dynosim.plan(small_trace, base={"offload": {"g2_blocks": 4096}}, **kwargs)
+    tps = [s.tensor_parallel_size for s in tiers.candidate.roles().values()]
+    pcie = gpu_links_gbps("h200_sxm")["pcie"]
+    assert tiers.config.offload.g2_blocks == 4096
+    assert tiers.config.offload.g1_g2_gbps == min(tps) * pcie
 
 
 @needs_aic

@@ -29,22 +29,15 @@ from dynosim.cli.rows import (
     text_table,
     wide_console,
 )
-from dynosim.config import SimConfig, load_config
 from dynosim.deploy import RenderOptions
 from dynosim.errors import MissingExtraError
 from dynosim.plan import PlanResult, plan
+from dynosim.plan.planner import SETTINGS
 from dynosim.views.pages import pareto_page
 
-#: The row columns a plan prints (the layout names the TP sizes).
-SHOWN = (
-    "layout",
-    "chunked_prefill",
-    "max_num_tokens",
-    "chunk_size",
-    "max_batch_size",
-    "replicas",
-    "prefill_workers",
-    "decode_workers",
+#: The row columns a plan prints (the layout names the TP, DP and EP sizes).
+SHOWN = tuple(
+    s for s in SETTINGS if s not in ("tp", "prefill_tp", "decode_tp", "dp", "ep", "within_max_gpus")
 )
 
 
@@ -147,17 +140,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
 
 
-def _base(args: argparse.Namespace) -> SimConfig:
-    """The base configuration: --config, with the offload tiers the flags give."""
-    base = load_config(args.config)
-    tiers = {k: v for k, v in (("g2_blocks", args.g2_blocks), ("g3_blocks", args.g3_blocks)) if v}
-    if not tiers:
-        return base
-    data = base.model_dump(exclude_unset=True)
-    data["offload"] = {**data.get("offload", {}), **tiers}
-    return SimConfig.model_validate(data)
-
-
 def _header(result: PlanResult, args: argparse.Namespace, source: str) -> str:
     ladder = result.ladder
     layouts = len(result.layouts)
@@ -200,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             prune=not args.no_prune,
             kv_link_gbps=args.kv_link_gbps,
-            base=_base(args),
+            base=args.config,
+            offload={
+                k: v for k, v in (("g2_blocks", args.g2_blocks), ("g3_blocks", args.g3_blocks)) if v
+            },
             search=args.search,
             executor=args.executor,
             jobs=args.jobs,

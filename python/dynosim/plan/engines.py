@@ -68,6 +68,13 @@ class EngineSettings:
         return f"chunked {chunking}, {self.budget:,} tokens/pass, {self.max_num_seqs} seqs"
 
 
+def base_engine(backend: str, base: SimConfig) -> EngineConfig:
+    """The engine a plan of ``backend`` starts from: the base's when it is of ``backend``,
+    else that backend's defaults (a base written for another engine sets none of its
+    flavour's settings)."""
+    return base.engine if base.engine.backend == backend else EngineConfig(backend=backend)
+
+
 def _budget_field(backend: str) -> str:
     return "chunk_size" if backend == "sglang" else "max_num_tokens"
 
@@ -117,7 +124,7 @@ def engine_ladder(
         ConfigError: an empty or non-positive list, chunking off for SGLang (always chunks) or
             for vLLM (AIC cannot render it).
     """
-    engine = base.engine if base.engine.backend == backend else EngineConfig(backend=backend)
+    engine = base_engine(backend, base)
     budget_key = ENGINE_SETTINGS[backend][_budget_field(backend)]
     b0, s0 = int(engine.setting(budget_key)), engine.max_num_seqs
     if budgets is None:
@@ -369,6 +376,7 @@ __all__ = [
     "Key",
     "Ladder",
     "LayoutOutcome",
+    "base_engine",
     "engine_ladder",
     "layout_search",
     "moves",

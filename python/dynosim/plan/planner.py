@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import RootModel
 
 from dynosim.aic import default_cache_dir, resolve_aic_timing
 from dynosim.aic.database import gpu_links_gbps
 from dynosim.aic.generator import dynamo_release
-from dynosim.config import AicTiming, SimConfig, load_config, resolve
+from dynosim.config import AicTiming, SimConfig, load_config, load_settings_file, resolve
 from dynosim.deploy import (
     Candidate,
     Problem,
@@ -54,6 +55,7 @@ from dynosim.plan.engines import (
     Key,
     Ladder,
     LayoutOutcome,
+    base_engine,
     engine_ladder,
     layout_search,
 )
@@ -256,7 +258,7 @@ class _Builder:
         self.base = base
         self.model, self.system, self.backend = model, system, backend
         self.backend_version = backend_version
-        self.block_size = base.engine.setting("block_size")
+        self.block_size = base_engine(backend, base).setting("block_size")
         self.links = links
         self._bases: dict[Layout, SimConfig] = {}
 
@@ -396,6 +398,7 @@ def plan(
     prune: bool = True,
     kv_link_gbps: float | None = None,
     base: SimConfig | Mapping[str, Any] | str | Path | None = None,
+    offload: Mapping[str, Any] | None = None,
     search: str = "bisect",
     tolerance: float = 0.02,
     executor: Any = None,
@@ -435,7 +438,10 @@ def plan(
             size, each role's own engine, ...). Each role's KV blocks follow from its engine's
             ``gpu_memory_utilization`` unless the base gives ``num_gpu_blocks``
             (:mod:`dynosim.sizing`); with offload tiers and no ``g1_g2_gbps`` a rank's G1<->G2
-            link is its GPUs' PCIe (AIC's ``node.pcie_bw``).
+            link is its GPUs' PCIe (AIC's ``node.pcie_bw``). The base is checked timed by
+            the plan's model (unless it names its own timing), so links and tiers it sets may
+            leave the KV bytes of a token to the model.
+        offload: offload tier settings merged into the base's (``g2_blocks``, ...).
         search: ``"bisect"`` (module :mod:`dynosim.plan.search`) or ``"grid"`` (replay every
             point of every setting within the limit).
         tolerance: how much worse (a fraction of the limit) a statistic may get with more
@@ -465,7 +471,6 @@ def plan(
     ):
         raise ConfigError(f"kv_link_gbps: expected a positive number (GB/s), got {kv_link_gbps!r}")
     the_sla = Sla.coerce(sla)
-    cfg = with_goodput_sla(load_config(base), the_sla)
     layouts = _layouts(modes, tp, prefill_tp, decode_tp, dp, ep)
     fitting = [lay for lay in layouts if sum(lay.gpus) <= max_gpus]
     if not fitting:
@@ -487,12 +492,11 @@ def plan(
     if backend_version is None:
         backend_version = dynamo_release(opts.dynamo_version, backend)[1]
     # Checks model, system, backend and version against AIC before anything runs.
-    resolve_aic_timing(
-        AicTiming(
-            model_name=model, system=system, backend=backend, backend_version=backend_version
-        ),
-        default_cache_dir() / "aic",
+    timing = AicTiming(
+        model_name=model, system=system, backend=backend, backend_version=backend_version
     )
+    resolve_aic_timing(timing, default_cache_dir() / "aic")
+    cfg = with_goodput_sla(_plan_base(base, offload, timing), the_sla)
     links = gpu_links_gbps(system)
     if kv_link_gbps is not None:
         links = {**links, "inter_node": float(kv_link_gbps)}
@@ -566,6 +570,39 @@ def plan(
         out.rendered = render_dgd(out.candidate, target, opts)
         out.problems = validate_manifest(out.rendered.text, out.rendered.deployed)
     return out
+
+
+#: Any mapping, as a settings file may hold (checked as a configuration once completed).
+_Document = RootModel[dict[str, Any]]
+
+
+def _plan_base(
+    base: SimConfig | Mapping[str, Any] | str | Path | None,
+    offload: Mapping[str, Any] | None,
+    timing: AicTiming,
+) -> SimConfig:
+    """The base configuration, with ``offload`` merged into its tiers, checked as the
+    candidates will run: its engine of the plan's backend, timed by the plan's model where it
+    names no timing of its own, so the links and tiers it sets may leave the KV bytes of a
+    token to the model, as every candidate's configuration does."""
+    if isinstance(base, SimConfig):
+        data = base.model_dump(exclude_unset=True)
+    elif isinstance(base, str | Path):
+        data = load_settings_file(base, _Document, "configuration").root
+    elif base is None or isinstance(base, Mapping):
+        data = dict(base or {})
+    else:
+        return load_config(base)  # its error names what it takes
+    if offload:
+        data["offload"] = {**data.get("offload", {}), **offload}
+    # Every candidate's engines run the plan's backend.
+    data["engine"] = {**data.get("engine", {}), "backend": timing.backend}
+    data.setdefault("timing", timing.model_dump(exclude_none=True))
+    try:
+        return SimConfig.model_validate(data)
+    except ConfigError as e:
+        where = f"{base}: " if isinstance(base, str | Path) else "base: "
+        raise ConfigError(f"{where}{e}") from None
 
 
 def _point(row: Mapping[str, Any]) -> tuple[int, ...]:

@@ -784,49 +784,61 @@ class _Driver:
                     if sent is None:
                         return
 
-            for k, res in enumerate(self.results):
+            def found() -> dict[int, int]:
+                """Each searched layout's fewest GPUs so far."""
+                return {
+                    k: searching.cost(o.best[1], self.results[k].layout.gpus)
+                    for k, o in outs.items()
+                    if o.best is not None
+                }
+
+            every = not self.prune or search == "grid"
+            points = searching.search if search == "bisect" else _grid
+            for res in self.results:
                 res.grid_size = len(searching.within(self.max_gpus, res.layout.gpus)) * (
                     self.ladder.full
                 )
-                points = searching.search if search == "bisect" else _grid
-                outs[k] = LayoutOutcome(None)
-                gens[k] = layout_search(
-                    self.max_gpus,
-                    res.layout.gpus,
-                    settings,
-                    tolerance,
-                    every_setting=not self.prune or search == "grid",
-                    search_points=points,
-                    out=outs[k],
-                )
-                advance(k, None)
-            while runner.in_flight or parked:
-                if not runner.in_flight:
-                    # Every reference searched (and the waves before): the bound and the
-                    # order are the same whatever order replays finished in.
-                    cost = {
-                        k: searching.cost(o.best[1], self.results[k].layout.gpus)
-                        for k, o in outs.items()
-                        if o.best is not None
-                    }
-                    bound = min(cost.values(), default=self.max_gpus + 1)
-                    parked.sort(key=lambda k: (cost.get(k, math.inf), outs[k].closest, k))
-                    for k in parked[:WAVE]:
-                        advance(k, bound)
-                    del parked[:WAVE]
-                    continue
-                for (k, s, point, config), outcome in runner.wait():
-                    bar.advance()
-                    row = self._row(k, s, point, config, outcome)
-                    rows.append(row)
-                    if k not in waiting:
-                        continue  # the layout already failed
-                    if outcome.summary_json is None:
-                        fail(k, outcome.error)
+            for stage in self._stages(every):
+                # A later stage searches within the fewest GPUs the stages before it found.
+                limit = min([self.max_gpus, *found().values()])
+                for k in stage:
+                    outs[k] = LayoutOutcome(None)
+                    if sum(self.results[k].layout.gpus) > limit:
+                        self.results[k].method = f"not searched: one worker each is over {limit}"
                         continue
-                    waiting[k][(s, point)] = self.seen[_row_key(row)]
-                    if all(p is not None for p in waiting[k].values()):
-                        advance(k, waiting.pop(k))
+                    gens[k] = layout_search(
+                        limit,
+                        self.results[k].layout.gpus,
+                        settings,
+                        tolerance,
+                        every_setting=every,
+                        search_points=points,
+                        out=outs[k],
+                    )
+                    advance(k, None)
+                while runner.in_flight or parked:
+                    if not runner.in_flight:
+                        # Every reference searched (and the waves before): the bound and the
+                        # order are the same whatever order replays finished in.
+                        cost = found()
+                        bound = min(cost.values(), default=self.max_gpus + 1)
+                        parked.sort(key=lambda k: (cost.get(k, math.inf), outs[k].closest, k))
+                        for k in parked[:WAVE]:
+                            advance(k, bound)
+                        del parked[:WAVE]
+                        continue
+                    for (k, s, point, config), outcome in runner.wait():
+                        bar.advance()
+                        row = self._row(k, s, point, config, outcome)
+                        rows.append(row)
+                        if k not in waiting:
+                            continue  # the layout already failed
+                        if outcome.summary_json is None:
+                            fail(k, outcome.error)
+                            continue
+                        waiting[k][(s, point)] = self.seen[_row_key(row)]
+                        if all(p is not None for p in waiting[k].values()):
+                            advance(k, waiting.pop(k))
         # Numbered by layout, setting and point: the same whatever order replays finished in.
         order = {r.name: k for k, r in enumerate(self.results)}
         rows.sort(
@@ -839,6 +851,18 @@ class _Driver:
         for i, row in enumerate(rows):
             row["index"] = i
         return rows
+
+    def _stages(self, every: bool) -> list[list[int]]:
+        """The layouts in the order their searches start: aggregated ones first, then
+        disaggregated ones within the fewest GPUs those found (their replays at the most
+        workers of each role are the dearest); all at once when every setting is searched."""
+        if every:
+            return [list(range(len(self.results)))]
+        stages = [
+            [k for k, r in enumerate(self.results) if r.layout.mode == mode]
+            for mode in ("aggregated", "disaggregated")
+        ]
+        return [stage for stage in stages if stage]
 
     def _row(self, k: int, s: int, point: Any, config: SimConfig, outcome: Any) -> dict[str, Any]:
         res, settings = self.results[k], self.ladder.settings[s]

@@ -183,6 +183,12 @@ def test_no_layout_meets_an_impossible_sla(small_trace):
     assert res.pick is None and res.ranked == [] and res.candidate is None
     closest = res.closest(3)
     assert closest and all("TTFT p90" in r["sla_misses"] for r in closest)
+    # Why none exists: the closest replays, each with TTFT p90 binding, over its limit.
+    assert [w.label for w in res.why] == ["closest", "next closest"]
+    assert [w.row for w in res.why] == closest[:2]
+    for why in res.why:
+        assert why.binding.name == "TTFT p90" and why.binding.ratio > 1
+        assert why.binding.describe().endswith("% over")
 
 
 @needs_aic

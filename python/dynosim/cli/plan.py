@@ -232,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
                 "no candidate meets the SLA; the closest:", result.closest(5), SHOWN, result.sla
             )
         )
+        if why:
+            console.print(text_table("why the closest miss (the constraint that binds)", head, why))
         return EXIT_FAILED
     console.print(
         rows_table(

@@ -9,7 +9,8 @@ every replay). The engine settings that decide whether an engine takes the trace
 (chunked prefill, the pass token budget, the batch cap) are searched with the worker counts
 (:mod:`dynosim.plan.engines`): the ladder pruned by the trace's own facts, each setting first
 tried on the trace's two longest requests (a setting that rejects one is never replayed in
-full, and never picked), then :mod:`dynosim.plan.search` finds each layout's fewest GPUs.
+full, and never picked), then :mod:`dynosim.plan.search` finds each layout's fewest GPUs:
+aggregated layouts first, disaggregated ones within the fewest GPUs those found.
 Candidates are :class:`~dynosim.deploy.Candidate` objects turned into configurations by
 :meth:`~dynosim.deploy.Candidate.to_config`, and the pick is rendered from
 :meth:`~dynosim.deploy.Candidate.from_config` of the configuration replayed, so the deployment
@@ -169,7 +170,8 @@ class PlanResult:
     """What :func:`plan` found.
 
     ``ranked``: each layout's fewest-GPU row meeting the SLA, fewest GPUs first (ties: the
-    larger SLA margin). ``pick``: the first of them (None when no layout meets the SLA);
+    larger SLA margin); disaggregated layouts are searched within the fewest GPUs the
+    aggregated ones found (pruned searches). ``pick``: the first of them (None when no layout meets the SLA);
     ``candidate`` and ``config`` its deployment (engine settings included) and the
     configuration replayed, with the sizes it was replayed with (:mod:`dynosim.sizing`).
     ``pareto``: the front of tokens/s/GPU against tokens/s/user over every replay within the
@@ -179,8 +181,9 @@ class PlanResult:
     whole grid would cost; ``probes``: the settings tried on the trace's two longest requests
     (their requests replayed alone) before any full replay; ``ladder``: the engine settings
     searched and what the trace's facts pruned (``backend``: the engine they are of).
-    ``why``: for the pick, the runner-up and the pick at fewer GPUs (when replayed), each
-    constraint and the one that binds.
+    ``why``: for the pick, the runner-up and the pick at fewer GPUs (when replayed), or
+    without a pick for the two replays that came closest, each constraint and the one that
+    binds.
     ``transfer``: for a disaggregated pick, the share of TTFT its KV transfers take
     (:func:`dynosim.plan.explain.transfer_share`). ``rendered`` and ``problems``: the pick's
     manifest and its validation (``render=True``).
@@ -907,10 +910,14 @@ def _explain(
     out: PlanResult, driver: _Driver, builder: _Builder, lowered: LoweredWorkload
 ) -> list[Why]:
     """The constraints of the pick, the runner-up and the pick at fewer GPUs (the most GPUs
-    below the pick its setting was replayed at, which missed the SLA)."""
-    if out.pick is None:
-        return []
+    below the pick its setting was replayed at, which missed the SLA); without a pick, of the
+    two replays within the limit that came closest."""
     pick = out.pick
+    labelled: list[tuple[str, dict[str, Any]]]
+    if pick is None:
+        closest = [r for r in out.closest(2) if not r["error"]]
+        labelled = list(zip(("closest", "next closest"), closest, strict=False))
+        return [_why(label, row, out, driver, builder, lowered) for label, row in labelled]
     cheaper = [
         r
         for r in out.replays.rows
@@ -930,21 +937,29 @@ def _explain(
                 max(cheaper, key=lambda r: (r["gpus"], -r["sla_ratio"], -r["index"])),
             )
         )
+    return [_why(label, row, out, driver, builder, lowered) for label, row in labelled]
+
+
+def _why(
+    label: str,
+    row: dict[str, Any],
+    out: PlanResult,
+    driver: _Driver,
+    builder: _Builder,
+    lowered: LoweredWorkload,
+) -> Why:
+    """The constraints of one replayed row: its rejections, limited statistics and memory (the
+    longest request a rank of each role must hold against its KV cache)."""
     stats = {m: stat for m, (stat, _) in out.sla.limits().items()}
-    requests = lowered.requests
-    found = []
-    for label, row in labelled:
-        layout = next(r.layout for r in out.layouts if r.name == row["layout"])
-        config = resolve_sizes(builder.config(layout, _row_settings(row), _point(row))).config
-        needs = {}
-        for role, v in resolve(config).roles.items():
-            need = lowered.longest_prompt if role == "prefill" else lowered.longest_request
-            needs[role] = (need, v.engine.num_gpu_blocks * v.engine.block_size)
-        probe = driver.seen[_row_key(row)]
-        found.append(
-            Why(label, row, explain.constraints(probe, requests, stats, explain.memory(needs)))
-        )
-    return found
+    layout = next(r.layout for r in out.layouts if r.name == row["layout"])
+    config = resolve_sizes(builder.config(layout, _row_settings(row), _point(row))).config
+    needs = {}
+    for role, v in resolve(config).roles.items():
+        need = lowered.longest_prompt if role == "prefill" else lowered.longest_request
+        needs[role] = (need, v.engine.num_gpu_blocks * v.engine.block_size)
+    probe = driver.seen[_row_key(row)]
+    memory = explain.memory(needs)
+    return Why(label, row, explain.constraints(probe, lowered.requests, stats, memory))
 
 
 __all__ = [

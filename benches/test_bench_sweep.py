@@ -31,7 +31,7 @@ SLA = {"ttft_ms": 2000.0, "tpot_ms": 50.0}
 
 
 def test_sweep_64_candidates_two_threads(benchmark, conversation):
-    configs = dynosim.Space(SPACE).configs(dynosim.load_config(None))
+    configs = list(dynosim.Space(SPACE).configs(dynosim.load_config(None)))
     start = time.perf_counter()
     one_by_one = [dynosim.replay(conversation, c).summary for c in configs]
     serial_s = time.perf_counter() - start
@@ -74,7 +74,7 @@ import dynosim
 cols = dynosim.load_trace(sys.argv[1]).columns()
 space = json.loads(sys.argv[2])
 if sys.argv[3] == "one":
-    config = dynosim.Space(space).configs(dynosim.load_config(None))[-1]
+    config = list(dynosim.Space(space).configs(dynosim.load_config(None)))[-1]
     dynosim.replay(cols, config)
 else:
     dynosim.sweep(cols, None, space, jobs=2, progress=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,20 @@ needs_aic = pytest.mark.skipif(
 TRACES = Path(
     os.environ.get("DYNOSIM_TRACES", Path(__file__).resolve().parents[2] / "shared/data/traces")
 )
+
+
+def group_processes(pgid: int) -> list[Path]:
+    """The ``/proc`` entries of the processes of group ``pgid`` (Linux)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) == pgid:
+                found.append(proc)
+        except (OSError, ProcessLookupError):
+            continue
+    return found
 
 
 @pytest.fixture
@@ -94,3 +109,25 @@ requests_strategy = st.lists(
     min_size=1,
     max_size=40,
 )
+
+
+#: vLLM's engine as Dynamo's mocker and AISimulate run it: each pass formed when the one before
+#: ends, a request admitted once its first chunk fits (what comparing with them needs).
+PEER_VLLM = {"async_scheduling": False, "scheduler_reserve_full_isl": False}
+
+
+def peer_config(data: dict | None = None):
+    """The configuration ``data`` describes (a dict, as ``dynosim.load_config`` takes), its vLLM
+    engines (the shared one and a role's own) set as the peers run them (``PEER_VLLM``)."""
+    import dynosim
+
+    data = copy.deepcopy(data or {})
+    holders = [data, *(data[role] for role in ("prefill", "decode") if data.get(role))]
+    for i, holder in enumerate(holders):
+        engine = holder.get("engine")
+        if engine is None and i > 0:
+            continue  # a role without its own engine runs the shared one
+        engine = holder.setdefault("engine", {})
+        if engine.get("backend", "vllm") == "vllm":
+            engine.update({k: v for k, v in PEER_VLLM.items() if k not in engine})
+    return dynosim.load_config(data)

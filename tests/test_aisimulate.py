@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TRACES
+from conftest import TRACES, peer_config
 
 import dynosim
 from dynosim.bench import build_config
@@ -50,7 +50,7 @@ def flags(args: list[str]) -> dict[str, str]:
 
 
 def test_aggregated_settings_map_to_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"num_workers": 3, "arrival_speedup_ratio": 2.5, "concurrency": 16},
             "engine": {
@@ -85,7 +85,7 @@ def test_aggregated_settings_map_to_flags():
 
 
 def test_disaggregated_settings_map_to_role_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 3},
             "decode": {"engine": {"block_size": 64, "num_gpu_blocks": 4096}},
@@ -124,7 +124,7 @@ def test_disaggregated_settings_map_to_role_flags():
 
 
 def test_instant_transfers_pass_no_transfer_flags():
-    config = dynosim.load_config(
+    config = peer_config(
         {"cluster": {"mode": "disaggregated"}, "kv_transfer": {"first_token": "first_decode_pass"}}
     )
     got = flags(aisimulate_args(config, 512))
@@ -187,7 +187,7 @@ def _disagg(**kv: Any) -> dict:
 )
 def test_settings_aisimulate_cannot_model_are_refused(config, message):
     with pytest.raises(ConfigError) as info:
-        aisimulate_args(dynosim.load_config(config), 512)
+        aisimulate_args(peer_config(config), 512)
     assert message in str(info.value)
 
 
@@ -198,7 +198,7 @@ class _NewerEngine(EngineConfig):
 
 
 def test_an_engine_setting_the_mapping_does_not_know_is_refused_unless_default():
-    role = resolve(dynosim.SimConfig()).roles["aggregated"]
+    role = resolve(peer_config()).roles["aggregated"]
     base = role.engine.model_dump()
     at_default = dataclasses.replace(role, engine=_NewerEngine(**base))
     assert "--block-size" in aisim._engine_flags(at_default, "")
@@ -211,7 +211,7 @@ def test_csv_traces_are_refused(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,8,2\n")
     with pytest.raises(WorkloadError, match="AISimulate's replay reads Mooncake JSONL traces only"):
-        AisimulateReplay(trace, dynosim.SimConfig(), 512)
+        AisimulateReplay(trace, peer_config(), 512)
 
 
 @pytest.mark.parametrize(
@@ -281,7 +281,7 @@ def fake_binary(monkeypatch, tmp_path: Path, body: str) -> None:
 
 def test_a_run_past_its_timeout_is_stopped(monkeypatch, tmp_path, small_trace):
     fake_binary(monkeypatch, tmp_path, "sleep 30")
-    replay = AisimulateReplay(small_trace, dynosim.SimConfig(), 512, timeout_s=0.3)
+    replay = AisimulateReplay(small_trace, peer_config(), 512, timeout_s=0.3)
     start = time.perf_counter()
     with pytest.raises(DynosimError, match=r"did not finish within 0.3 s and was stopped"):
         replay.run()
@@ -291,10 +291,10 @@ def test_a_run_past_its_timeout_is_stopped(monkeypatch, tmp_path, small_trace):
 def test_a_failed_run_raises_its_message(monkeypatch, tmp_path, small_trace):
     fake_binary(monkeypatch, tmp_path, 'echo "replay invariant violated" >&2; exit 1')
     with pytest.raises(DynosimError, match="exited with status 1: replay invariant violated"):
-        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+        AisimulateReplay(small_trace, peer_config(), 512).run()
     fake_binary(monkeypatch, tmp_path, "echo not json")
     with pytest.raises(DynosimError, match="dynosim-aisim printed no summary"):
-        AisimulateReplay(small_trace, dynosim.SimConfig(), 512).run()
+        AisimulateReplay(small_trace, peer_config(), 512).run()
 
 
 def test_a_timeout_kills_the_programs_children_too(tmp_path):
@@ -377,7 +377,7 @@ def test_binary_failure_names_the_trace(aisim_bin, tmp_path):
 
 @needs_aisimulate
 def test_binary_summary_is_deterministic(aisim_bin, small_trace, tmp_path):
-    config = dynosim.load_config({"cluster": {"num_workers": 2}})
+    config = peer_config({"cluster": {"num_workers": 2}})
     command = [aisim_bin, small_trace, *aisimulate_args(config, 512)]
     first, second = (
         json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
@@ -437,7 +437,7 @@ def test_a_zero_delay_turn_joins_the_pass_starting_as_its_previous_turn_ends(ais
         rows[2]["delay_ms"] = delay
         trace = tmp_path / f"delay{delay}.jsonl"
         trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        config = dynosim.load_config({"cluster": {"num_workers": 1}})
+        config = peer_config({"cluster": {"num_workers": 1}})
         ours = dynosim.replay(dynosim.load_trace(trace), config).requests["ttft_ms"][2]
         per_request = tmp_path / "per_request.jsonl"
         command = [aisim_bin, trace, *aisimulate_args(config, 512), "--per-request", per_request]
@@ -493,7 +493,7 @@ def head_to_head(aisim_bin, conversation):
 
     def get(run: str) -> tuple[Any, dict]:
         if run not in cache:
-            config = dynosim.load_config(RUNS[run])
+            config = peer_config(RUNS[run])
             report = dynosim.replay(conversation, config)
             cache[run] = (report, AisimulateReplay(CONVERSATION, config, 512).run().summary)
         return cache[run]
@@ -518,7 +518,7 @@ def test_at_5_gbps_shared_links_queue_where_aisimulate_does_not(head_to_head, co
     links shared max-min fairly queue transfers for the whole trace, while AISimulate's
     fixed-delay transfers (dynosim's line rate) never wait for a link."""
     _, theirs = head_to_head("disaggregated 5 GB/s")
-    shared = dynosim.replay(conversation, dynosim.load_config(disaggregated(5.0, "max_min")))
+    shared = dynosim.replay(conversation, peer_config(disaggregated(5.0, "max_min")))
     ttft = shared.requests["ttft_ms"]
     assert shared.summary["ttft_ms"]["mean"] > 50 * theirs["mean_ttft_ms"]
     # The queue grows through the trace: the last thousand requests wait far longer.

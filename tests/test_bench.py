@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TRACES
+from conftest import TRACES, peer_config
 
 import dynosim
 from dynosim._dependencies import dynamo as import_dynamo
@@ -204,7 +204,7 @@ def test_console_script_is_declared():
 
 
 def test_aggregated_settings_map_to_dynamo_engine_args():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"num_workers": 3, "arrival_speedup_ratio": 2.0},
             "engine": {"block_size": 32, "max_num_seqs": 64, "preemption_mode": "fifo"},
@@ -235,7 +235,7 @@ def test_backend_flag_picks_the_engine_flavour_and_its_budget_setting():
 
 
 def test_trtllm_settings_map_to_dynamo_trtllm_engine():
-    config = dynosim.load_config(
+    config = peer_config(
         {"engine": {"backend": "trtllm", "max_num_tokens": 4096, "enable_chunked_context": True}}
     )
     engine = dynamo_replay_kwargs(config, 512)["extra_engine_args"]["engine"]
@@ -247,7 +247,7 @@ def test_trtllm_settings_map_to_dynamo_trtllm_engine():
 
 
 def test_disaggregated_settings_map_to_prefill_and_decode_args():
-    config = dynosim.load_config(
+    config = peer_config(
         {
             "cluster": {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 1},
             "decode": {"engine": {"block_size": 64, "num_gpu_blocks": 4096}},
@@ -330,7 +330,7 @@ def test_disaggregated_settings_map_to_prefill_and_decode_args():
 )
 def test_settings_dynamo_cannot_model_are_refused(config, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        dynamo_replay_kwargs(dynosim.load_config(config), 512)
+        dynamo_replay_kwargs(peer_config(config), 512)
 
 
 def test_compare_refuses_routers_other_than_round_robin():
@@ -338,7 +338,7 @@ def test_compare_refuses_routers_other_than_round_robin():
     if not others:
         pytest.skip("dynosim has no router besides round_robin")
     for router in others:
-        config = dynosim.load_config({"cluster": {"router": router}})
+        config = peer_config({"cluster": {"router": router}})
         with pytest.raises(ConfigError, match=f"cluster.router: .* got '{router}'"):
             dynamo_replay_kwargs(config, 512)
 
@@ -347,7 +347,7 @@ def test_compare_refuses_csv_traces(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,8,2\n")
     with pytest.raises(WorkloadError, match="Mooncake JSONL traces only"):
-        DynamoReplay(trace, dynosim.load_config(None), 512)
+        DynamoReplay(trace, peer_config(), 512)
 
 
 def test_missing_extra_names_the_install_command(small_trace, monkeypatch, capsys):
@@ -428,7 +428,7 @@ def head_to_head():
     results = {}
     rss = PeakRss()
     for name, settings in RUNS.items():
-        config = dynosim.load_config(settings)
+        config = peer_config(settings)
         dynamo = DynamoReplay(CONVERSATION, config, 512)
         runs = [run_iteration(CONVERSATION, 512, config, i, rss) for i in range(DYNOSIM_ITERATIONS)]
         results[name] = (runs[-1][0], [t for _, t in runs], dynamo.run(rss))

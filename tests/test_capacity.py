@@ -153,7 +153,7 @@ def test_aic_models_match_aic_own_kv_size():
 
 @needs_aic
 def test_aic_model_errors():
-    with pytest.raises(ConfigError, match=r"no model 'Foo/Bar'; supported models: .*Qwen/Qwen3-8B"):
+    with pytest.raises(ConfigError, match=r'no model "Foo/Bar"; supported models: .*Qwen/Qwen3-8B'):
         kv_bytes_per_token("Foo/Bar")
     with pytest.raises(ConfigError, match=r"Qwen/Qwen3.5-27B: layer_types has linear_attention"):
         kv_bytes_per_token("Qwen/Qwen3.5-27B")
@@ -253,7 +253,7 @@ def test_kv_capacity_on_an_aic_system(tmp_path):
 
 @needs_aic
 def test_kv_capacity_errors():
-    with pytest.raises(ConfigError, match=r"AIC has no system 'h999'; systems: .*h200_sxm"):
+    with pytest.raises(ConfigError, match=r'AIC has no system "h999"; systems: .*h200_sxm'):
         estimate_kv_capacity("Qwen/Qwen3-32B", "h999")
     # DeepSeek-V3 (fp8, 705.8 GB of weights) on one H200.
     with pytest.raises(ConfigError, match=r"does not fit: 705.762 GB of weights per GPU"):

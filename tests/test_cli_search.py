@@ -56,7 +56,7 @@ def test_sweep_bad_space_exits_2(tmp_path, capsys):
     bad.write_text("cluster.num_wrkers: [1, 2]\n")
     assert main(["sweep", *SYNTH, "--space", str(bad), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "unknown path 'cluster.num_wrkers'" in err and "allowed keys:" in err
+    assert 'unknown path "cluster.num_wrkers"' in err and "allowed keys:" in err
     bad.write_text("cluster.num_workers: []\n")
     assert main(["sweep", *SYNTH, "--space", str(bad), "-o", str(tmp_path / "o")]) == 2
     assert "cluster.num_workers: expected at least one value" in capsys.readouterr().err

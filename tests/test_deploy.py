@@ -465,10 +465,10 @@ def test_backend_version_must_be_what_the_dynamo_release_ships(aic):
 
 def test_unknown_system_and_dynamo_release_are_config_errors(aic):
     with pytest.raises(
-        ConfigError, match=r"candidate\.system: AIC has no system 'h999'; systems: "
+        ConfigError, match=r'candidate\.system: AIC has no system "h999"; systems: '
     ):
         render_dgd(candidate("vllm", "aggregated", system="h999"), SYNTH, OPTIONS)
-    with pytest.raises(ConfigError, match=r"options\.dynamo_version '0\.0\.1': .*Supported"):
+    with pytest.raises(ConfigError, match=r'options\.dynamo_version "0\.0\.1": .*Supported'):
         render_dgd(candidate("vllm", "aggregated"), SYNTH, {"dynamo_version": "0.0.1"})
 
 

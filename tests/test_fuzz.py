@@ -5,6 +5,7 @@ each (few examples, small inputs, a small cache that rejects the longest request
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,246 @@ def test_config_fuzz_gives_a_config_error_or_a_valid_config(doc):
     view = resolve(config)
     assert view.num_gpus == sum(r.workers * r.gpus_per_worker for r in view.roles.values())
     assert view.num_gpus <= dynosim.config.LIMITS["max_gpus"]
+
+
+# --- saved reports, measured runs, space files (issue 32) -------------------------------------
+
+#: Hostile values that are valid JSON (no NaN: the readers' JSON has none), including sizes
+#: past every integer type and long text.
+JSON_HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.sampled_from([0, -1, 2**32, 2**64, 10**400, -(10**400), 1e308, "", "x" * 5000]),
+    st.integers(-1000, 5000),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+    st.lists(st.integers(-5, 2**64), max_size=4),
+    st.recursive(st.integers(), lambda inner: st.lists(inner, max_size=3), max_leaves=20),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+def _paths(data: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of nested mappings (lists are leaves)."""
+    out = [prefix] if prefix else []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out += _paths(value, (*prefix, key))
+    return out
+
+
+def _mutate(data: Any, draw: st.DrawFn) -> Any:
+    """``data`` with a few key paths set to hostile values, deleted, or given an unknown key."""
+    paths = _paths(data)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        node = data
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or path[-1] not in node:
+            continue  # replaced or removed by an earlier change
+        action = draw(st.sampled_from(["set", "set", "set", "delete", "extra"]))
+        if action == "delete":
+            del node[path[-1]]
+        elif action == "extra":
+            node[draw(st.text(min_size=1, max_size=4))] = draw(JSON_HOSTILE)
+        else:
+            node[path[-1]] = draw(JSON_HOSTILE)
+    return data
+
+
+def _small_report_json() -> str:
+    work = dynosim.SyntheticWorkload(isl=64, osl=4, count=6, rate=10.0)
+    config = {"offload": {"g2_blocks": 8}, "kv_transfer": {"kv_bytes_per_token": 2}}
+    return dynosim.replay(work, config, progress=False).to_json()
+
+
+REPORT = _small_report_json()
+
+
+@FUZZ
+@given(data=st.data())
+def test_report_fuzz_gives_a_report_error_or_a_report_that_draws(tmp_path, data):
+    from dynosim.report import load_report
+
+    doc = _mutate(json.loads(REPORT), data.draw)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    try:
+        report = load_report(path)
+    except DynosimError as exc:
+        assert len(str(exc)) < 1000 + len(str(path)), str(exc)[:300]
+        return
+    # What the schema lets through reads back and serialises (the page needs matplotlib).
+    assert json.loads(report.to_json())["summary"]["num_requests"] == len(report.requests["status"])
+
+
+def _aiperf_record(draw: st.DrawFn) -> dict[str, Any]:
+    record = {
+        "metadata": {"benchmark_phase": "profiling", "request_start_ns": 1_000_000_000},
+        "metrics": {
+            "time_to_first_token": {"value": 12.5, "unit": "ms"},
+            "request_latency": {"value": 50.0, "unit": "ms"},
+            "input_sequence_length": {"value": 100, "unit": "tokens"},
+            "output_sequence_length": {"value": 5, "unit": "tokens"},
+            "inter_chunk_latency": {"value": [9.0, 9.5, 9.2, 9.8], "unit": "ms"},
+        },
+        "error": None,
+    }
+    return _mutate(record, draw) if draw(st.booleans()) else record
+
+
+VLLM = {
+    "input_lens": [100, 200, 50],
+    "output_lens": [5, 3, 0],
+    "ttfts": [0.05, 0.08, 0.0],
+    "itls": [[0.01] * 4, [0.02] * 2, []],
+    "errors": ["", "", "boom"],
+    "start_times": [10.0, 10.5, 11.0],
+    "request_rate": 2.0,
+    "burstiness": 1.0,
+}
+
+
+@FUZZ
+@given(data=st.data(), kind=st.sampled_from(["aiperf", "vllm-bench"]))
+def test_measured_fuzz_gives_a_workload_error_or_a_consistent_run(tmp_path, data, kind):
+    from dynosim.workload.measured import load_measured
+
+    if kind == "aiperf":
+        records = data.draw(st.lists(st.builds(lambda: None), min_size=1, max_size=4))
+        text = "".join(json.dumps(_aiperf_record(data.draw)) + "\n" for _ in records)
+    else:
+        doc = json.loads(json.dumps(VLLM))
+        for key in data.draw(st.lists(st.sampled_from(sorted(doc)), max_size=3)):
+            doc[key] = data.draw(JSON_HOSTILE | st.lists(JSON_HOSTILE, min_size=3, max_size=3))
+        text = json.dumps(doc)
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    try:
+        run = load_measured(path, format=data.draw(st.sampled_from([None, kind])))
+    except DynosimError as exc:
+        assert len(str(exc)) < 1000 + len(str(path)), str(exc)[:300]
+        return
+    n = len(run)
+    assert len(run.ttft_ms) == len(run.e2e_ms) == n and sum(run.not_replayed.values()) + n == (
+        run.num_records
+    )
+
+
+SPACE_PATHS = ["cluster.num_workers", "engine.max_num_seqs", "sla.ttft_ms", "cluster.router"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_space_file_fuzz_gives_a_config_error_or_valid_candidates(tmp_path, data):
+    from dynosim.plan import Space
+
+    doc: dict[str, Any] = {}
+    for path in data.draw(
+        st.lists(st.sampled_from([*SPACE_PATHS, "bogus.path", "zip"]), max_size=3)
+    ):
+        doc[path] = data.draw(
+            st.lists(JSON_HOSTILE, max_size=3)
+            | JSON_HOSTILE
+            | st.dictionaries(
+                st.sampled_from(SPACE_PATHS), st.lists(JSON_HOSTILE, max_size=2), max_size=2
+            )
+        )
+    path = tmp_path / "space.yaml"
+    path.write_text(json.dumps(doc))
+    try:
+        space = Space.load(path)
+        configs = list(itertools.islice(space.configs(SimConfig()), 4))
+    except DynosimError as exc:
+        assert len(str(exc)) < 1000 + len(str(path)), str(exc)[:300]
+        return
+    assert configs and all(isinstance(c, SimConfig) for c in configs)
+
+
+# --- no error message is longer than a bound, whatever the input ------------------------------
+
+#: The most characters an error message takes beyond the file name it starts with.
+MESSAGE_BOUND = 2000
+
+#: Text that is long, or long and deep, or huge as a number: what a message must not copy.
+HUGE = st.sampled_from(["k" * 100_000, 10**4000, -(10**300), [[[[[[1] * 50] * 5] * 5] * 5]]])
+ANY = st.one_of(JSON_HOSTILE, HUGE, st.text(max_size=50))
+
+
+@st.composite
+def hostile_document(draw: st.DrawFn, keys: list[str]) -> Any:
+    """A mapping of real and made-up keys (long ones too) to hostile values, nested a little."""
+    names = st.sampled_from([*keys, "x" * 100_000, "unknown"])
+    inner = st.dictionaries(names, ANY, max_size=3)
+    return draw(st.dictionaries(names, ANY | inner, max_size=4))
+
+
+def _short(message: str, path: Path) -> None:
+    assert len(message) <= MESSAGE_BOUND + len(str(path)), (len(message), message[:300])
+
+
+READERS = {
+    "configuration": (
+        lambda p: dynosim.load_config(p),
+        [*SECTIONS, "cluster"],
+    ),
+    "candidate": (
+        lambda p: dynosim.load_candidate(p),
+        ["mode", "model", "system", "backend", "backend_version", "block_size", "aggregated"],
+    ),
+    "space": (lambda p: dynosim.Space.load(p), [*SPACE_PATHS, "zip"]),
+    "report": (lambda p: dynosim.load_report(p), ["format", "summary", "config", "requests"]),
+    "measured": (
+        lambda p: dynosim.load_measured(p),
+        ["input_lens", "output_lens", "ttfts", "itls", "errors", "metadata", "metrics"],
+    ),
+    "mooncake trace": (
+        lambda p: load_trace(p, format="mooncake").columns(),
+        ["timestamp", "input_length", "output_length", "hash_ids", "session_id", "delay_ms"],
+    ),
+}
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(data=st.data(), kind=st.sampled_from(sorted(READERS)))
+def test_no_error_message_is_longer_than_a_bound_whatever_the_input(tmp_path, data, kind):
+    read, keys = READERS[kind]
+    doc = data.draw(hostile_document(keys))
+    if kind == "report" and data.draw(st.booleans()):
+        doc = {**json.loads(REPORT), **doc}
+    if kind == "report":
+        doc.setdefault("format", {"name": "dynosim-report", "version": 1})
+    path = tmp_path / ("doc.jsonl" if kind == "mooncake trace" else "doc.json")
+    path.write_text(json.dumps(doc) + "\n")
+    try:
+        read(path)
+    except DynosimError as exc:
+        _short(str(exc), path)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(doc=hostile_document(["apiVersion", "kind", "metadata", "spec"]))
+def test_no_manifest_problem_is_longer_than_a_bound(tmp_path, doc):
+    from dynosim.deploy import validate_manifest
+
+    path = tmp_path / "k8s_deploy.yaml"
+    path.write_text(json.dumps({"kind": "DynamoGraphDeployment", **doc}) + "\n")
+    for problem in validate_manifest(path):
+        _short(str(problem), path)

@@ -200,7 +200,10 @@ def test_an_infinite_kv_size_is_refused_naming_the_setting(flags, capsys):
             "timing.prefill_ms: must be at most 1e9, got 1e308",
         ),
         (
-            {"prefill": {"timing": {"model": "polynomial", "decode_speedup_ratio": 1e-300}}},
+            {
+                "cluster": {"mode": "disaggregated"},
+                "prefill": {"timing": {"model": "polynomial", "decode_speedup_ratio": 1e-300}},
+            },
             "prefill.timing.decode_speedup_ratio: must be at least 1e-6, got 1e-300",
         ),
         (

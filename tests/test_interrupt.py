@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import group_processes
 
 import dynosim
 from dynosim import _core
@@ -26,23 +27,19 @@ LONG = ["--synthetic", "--isl", "256", "--osl", "64", "--rate", "1000", "--count
 
 def _replaying(pgid: int) -> bool:
     """Whether a process of group ``pgid`` runs a replay (the binding's thread is named)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for proc in group_processes(pgid):
         try:
-            if os.getpgid(int(proc.name)) != pgid:
-                continue
             comms = [(t / "comm").read_text().strip() for t in (proc / "task").iterdir()]
-        except (OSError, ProcessLookupError):
+        except OSError:
             continue
         if "dynosim-core" in comms:
             return True
     return False
 
 
-def _interrupt_while_replaying(argv: list[str]) -> tuple[int, str]:
-    """Start ``dynosim ARGV`` in a process group of its own, send the group SIGINT (what a
-    terminal's Ctrl-C does) once a replay runs; its exit code and stderr."""
+def start_replaying(argv: list[str], wait_s: float = 120) -> subprocess.Popen:
+    """``dynosim ARGV`` started in a process group of its own (stderr piped), once a replay of
+    it runs."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "dynosim", *argv],
         stdout=subprocess.DEVNULL,
@@ -54,12 +51,20 @@ def _interrupt_while_replaying(argv: list[str]) -> tuple[int, str]:
         # as a terminal's foreground job has.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    deadline = time.monotonic() + wait_s
+    while not _replaying(proc.pid):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            pytest.fail(f"no replay started: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    return proc
+
+
+def _interrupt_while_replaying(argv: list[str]) -> tuple[int, str]:
+    """Start ``dynosim ARGV`` in a process group of its own, send the group SIGINT (what a
+    terminal's Ctrl-C does) once a replay runs; its exit code and stderr."""
+    proc = start_replaying(argv)
     try:
-        deadline = time.monotonic() + 120
-        while not _replaying(proc.pid):
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no replay started"
-            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
         # Not a timing assertion: a guard so a replay that ignores Ctrl-C fails the test
         # instead of hanging it (the replay itself would run for minutes).

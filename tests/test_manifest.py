@@ -327,7 +327,7 @@ def _add_service(name: str, svc: dict[str, Any]) -> Callable[[dict[str, Any]], N
 STRUCTURAL = {
     "api version": (
         _set("apiVersion", "nvidia.com/v1beta1"),
-        ["apiVersion: expected nvidia.com/v1alpha1, got nvidia.com/v1beta1"],
+        ['apiVersion: expected nvidia.com/v1alpha1, got "nvidia.com/v1beta1"'],
     ),
     "name missing": (
         _set("metadata/name", _DELETE),
@@ -338,14 +338,15 @@ STRUCTURAL = {
         [
             "metadata.name: expected an RFC 1123 label (at most 63 characters: lowercase "
             "letters, digits and '-', starting and ending with a letter or digit), "
-            "got 'Dynosim_Agg'"
+            'got "Dynosim_Agg"'
         ],
     ),
     "namespace not RFC 1123": (
         _set("metadata/namespace", "-team"),
         [
             "metadata.namespace: expected an RFC 1123 label (at most 63 characters: lowercase "
-            "letters, digits and '-', starting and ending with a letter or digit), got '-team'"
+            "letters, digits and '-', starting and ending with a letter or digit), "
+            'got "-team"'
         ],
     ),
     "services empty": (
@@ -388,7 +389,7 @@ STRUCTURAL = {
     ),
     "unknown subComponentType": (
         _set(f"{_VW}/subComponentType", "router"),
-        [f"{W}.subComponentType: expected prefill or decode, got 'router'"],
+        [f'{W}.subComponentType: expected prefill or decode, got "router"'],
     ),
     "worker name not per backend": (
         _rename("VllmWorker", "MyWorker"),
@@ -441,7 +442,7 @@ STRUCTURAL = {
     ),
     "gpu not a count": (
         _set(f"{_VW}/resources/limits/gpu", "two"),
-        [f"{W}.resources.limits.gpu: expected a positive whole number of GPUs, got 'two'"],
+        [f'{W}.resources.limits.gpu: expected a positive whole number of GPUs, got "two"'],
     ),
     "gpu not tp*pp*dp": (
         _set(f"{_VW}/resources/limits/gpu", "4"),
@@ -800,7 +801,7 @@ def test_cli_validate_prints_one_line_per_problem_and_exits_1(tmp_path, capsys):
     assert main(["validate", str(file)]) == EXIT_FAILED
     out, err = capsys.readouterr()
     assert out.splitlines() == [
-        "apiVersion: expected nvidia.com/v1alpha1, got nvidia.com/v2",
+        'apiVersion: expected nvidia.com/v1alpha1, got "nvidia.com/v2"',
         f"{W}.replicas: expected 1 to 16,384, got 0",
     ]
     assert "2 problem(s)" in err

@@ -28,13 +28,15 @@ def tiny(g2_blocks: int | None = 8, **offload) -> dict:
 
 
 def evicted_prefix():
-    """A [1 2 3] at 0 ms; B [11..14] at 20 ms evicts a3 and a2 from G1; B again at 40 ms (a
-    full G1 hit); C [1 2 3 31] at 100 ms finds a1 in G1 and a2 a3 in G2."""
+    """A [1 2 3] at 0 ms; B [11..14] (63 tokens: its last block partial, never cached) at 20 ms
+    evicts a3 and a2 from G1; B again at 40 ms (a G1 hit of its 3 full blocks, its last block
+    recomputed in the free fifth block); C [1 2 3 31] at 100 ms finds a1 in G1 and a2 a3 in
+    G2."""
     return make_columns(
         [
             (0.0, 48, 1, [1, 2, 3]),
-            (20.0, 64, 1, [11, 12, 13, 14]),
-            (40.0, 64, 1, [11, 12, 13, 14]),
+            (20.0, 63, 1, [11, 12, 13, 14]),
+            (40.0, 63, 1, [11, 12, 13, 14]),
             (100.0, 64, 1, [1, 2, 3, 31]),
         ],
         16,
@@ -162,9 +164,9 @@ def test_a_copy_still_in_flight_delays_the_onboard():
     o = report.summary["offload"]
     assert (o["onboards_delayed"], o["delayed_onboard_share"]) == (1, 1.0)
     assert o["offload_wait_ms_mean"] == pytest.approx(48.0)
-    # Two copies started (a3 a2; B's pair at 148 ms), 64e6 bytes; the replay ends with C at
-    # 190 ms, the write link busy from 20 ms on.
-    assert o["flows"]["g1_to_g2"]["bytes"] == 4 * 16e6
+    # Two copies started (a3 a2; at 148 ms b3, which C's hold evicted besides taking the free
+    # block), 48e6 bytes; the replay ends with C at 190 ms, the write link busy from 20 ms on.
+    assert o["flows"]["g1_to_g2"]["bytes"] == 3 * 16e6
     assert report.summary["duration_ms"] == 190.0
     assert o["link_utilization"]["g1_to_g2"] == pytest.approx(170 / 190)
     assert "decode" not in o

@@ -255,11 +255,11 @@ def test_an_interrupted_bench_leaves_no_complete_looking_timings(tmp_path, monke
 def test_an_interrupted_sweep_leaves_only_its_partial_rows(tmp_path, monkeypatch, capsys):
     from dynosim.plan import result
 
-    def cut(self, path):
+    def cut(self):
         raise KeyboardInterrupt
 
     # Interrupted while writing the tables, after every replay.
-    monkeypatch.setattr(result.SweepResult, "to_csv", cut)
+    monkeypatch.setattr(result.SweepResult, "csv_text", cut)
     space = tmp_path / "space.yaml"
     space.write_text("cluster.num_workers: [1, 2]\n")
     out = tmp_path / "out"

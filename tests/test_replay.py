@@ -224,7 +224,7 @@ def test_unset_engine_settings_read_their_flavours_defaults_from_the_core():
 def test_bad_config_file(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("engine: [1, 2\n")
-    with pytest.raises(ConfigError, match=r"c\.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"c\.yaml: line 2, column 1: not valid YAML"):
         dynosim.load_config(bad)
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         dynosim.load_config(tmp_path / "missing.yaml")
@@ -317,8 +317,8 @@ def test_trtllm_flavour_serves_every_mode_router_and_tier(settings, capacity):
 @pytest.mark.parametrize(
     ("case", "rows", "config"),
     [
-        # A row dated decades after the first (an Azure timestamp of 1970 beside 2023).
-        ("arrival 1e300 ms", [(0.0, 4, 2, [1]), (1e300, 4, 2, [2])], {}),
+        # A row dated centuries after the first, as late as an arrival may be (2^43 ms).
+        ("arrival 2^43 ms", [(0.0, 4, 2, [1]), (2.0**43, 4, 2, [2])], {}),
         ("1e-9 ms buckets", [(0.0, 4, 2, [1]), (5000.0, 4, 2, [2])], {"sample_interval_ms": 1e-9}),
         ("a day of 1 ms buckets", [(0.0, 4, 2, [1]), (86_400_000.0, 4, 2, [2])], {}),
     ],
@@ -336,7 +336,7 @@ def test_time_series_stay_bounded_whatever_the_span(columns, case, rows, config)
 
 
 def test_a_session_turn_a_long_delay_later_keeps_the_series_bounded():
-    # Two turns of one session, the second sent 1e13 ms after the first ends.
+    # Two turns of one session, the second sent 2^43 ms (the longest delay) after the first.
     from dynosim.workload import TraceColumns
 
     cols = TraceColumns(
@@ -347,10 +347,10 @@ def test_a_session_turn_a_long_delay_later_keeps_the_series_bounded():
         hash_ids=np.array([1, 2], dtype=np.uint64),
         trace_block_size=4,
         session=np.array([0, 0], dtype=np.int64),
-        delay_ms=np.array([np.nan, 1e13]),
+        delay_ms=np.array([np.nan, 2.0**43]),
     )
     report = dynosim.replay(cols, {**small(), "report": {"sample_interval_ms": 1.0}})
-    assert report.summary["duration_ms"] > 1e13
+    assert report.summary["duration_ms"] > 2.0**43
     assert len(report.timeseries["time_ms"]) <= 2048
     assert report.completed_requests == 2
 
@@ -366,7 +366,9 @@ def _over_the_replay(report, series: np.ndarray) -> np.ndarray:
 
 def test_link_use_over_time_adds_up_to_the_summarys():
     # The series sample each link's rate at every change; integrated over the buckets they
-    # give the bytes each link carried, the summary's utilization.
+    # give the bytes each link carried, the summary's utilization. A flow due within the link
+    # network's time tolerance (1e-9 of the clock) of an event ends with it, its last bytes
+    # credited at once: tier links, with many such ends, agree within 1e-6.
     sample = dynosim.sample_trace_path()
     disagg = dynosim.replay(
         sample,
@@ -392,5 +394,5 @@ def test_link_use_over_time_adds_up_to_the_summarys():
         ("g2_g1_link_use", use["g2_to_g1"]),
         ("g3_link_use", use["g2_to_g3"]),
     ):
-        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-9)
+        assert _over_the_replay(tiers, ts[series]["mean"]) == pytest.approx(total, rel=1e-6)
     assert use["g3_to_g2"] == use["g2_to_g3"]  # one half-duplex link carries both

@@ -95,7 +95,7 @@ def test_a_truncated_column_is_refused(report, tmp_path):
     data["requests"]["ttft_ms"] = data["requests"]["ttft_ms"][:-1]
     path = tmp_path / "cut.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(dynosim.ReportError, match=r"requests\.ttft_ms: expected 3000 values"):
+    with pytest.raises(dynosim.ReportError, match=r"requests\.ttft_ms: expected 3,000 values"):
         load_report(path)
 
 

@@ -87,11 +87,11 @@ def test_rejections_miss_the_sla(columns):
 def test_unknown_paths_and_bad_values_name_themselves(four):
     with pytest.raises(
         ConfigError,
-        match=r"unknown path 'cluster\.num_worker'.*allowed keys: "
+        match=r'unknown path "cluster\.num_worker".*allowed keys: '
         r"arrival_speedup_ratio, concurrency, .*num_workers",
     ):
         sweep(four, BASE, {"cluster.num_worker": [1]}, progress=False)
-    with pytest.raises(ConfigError, match=r"section 'engine' has no key 'tp'"):
+    with pytest.raises(ConfigError, match=r'section "engine" has no key "tp"'):
         Space({"engine.tp": [1]})
     with pytest.raises(ConfigError, match=r"engine\.block_size is a value, not a section"):
         Space({"engine.block_size.x": [1]})

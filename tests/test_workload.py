@@ -334,23 +334,23 @@ MALFORMED_CSV = {
     "unparseable timestamp": (
         [AZURE_HEADER, GOOD_CSV_ROW, "yesterday,374,44"],
         3,
-        ["field 'TIMESTAMP'", "'yesterday'"],
+        ["field 'TIMESTAMP'", '"yesterday"'],
     ),
     "out-of-range timestamp": (
         [AZURE_HEADER, GOOD_CSV_ROW, GOOD_CSV_ROW, "2023-13-16 18:15:46.6805900,374,44"],
         4,
-        ["field 'TIMESTAMP'", "'2023-13-16 18:15:46.6805900'"],
+        ["field 'TIMESTAMP'", '"2023-13-16 18:15:46.6805900"'],
     ),
-    "NaT timestamp": ([AZURE_HEADER, "NaT,374,44"], 2, ["field 'TIMESTAMP'", "'NaT'"]),
+    "NaT timestamp": ([AZURE_HEADER, "NaT,374,44"], 2, ["field 'TIMESTAMP'", '"NaT"']),
     "fractional tokens": (
         [AZURE_HEADER, "2023-11-16 18:15:46.6805900,12.0,44"],
         2,
-        ["field 'ContextTokens': expected a non-negative integer, got '12.0'"],
+        ["field 'ContextTokens': expected a non-negative integer, got \"12.0\""],
     ),
     "negative tokens": (
         [AZURE_HEADER, "2023-11-16 18:15:46.6805900,12,-5"],
         2,
-        ["field 'GeneratedTokens': expected a non-negative integer, got '-5'"],
+        ["field 'GeneratedTokens': expected a non-negative integer, got \"-5\""],
     ),
     "zero tokens": (
         [AZURE_HEADER, "2023-11-16 18:15:46.6805900,12,0"],

@@ -30,6 +30,9 @@ def default_config_json() -> str:
 def normalize_config_json(config_json: str) -> str:
     """Validate a configuration document (raises ConfigError); returns it with defaults."""
 
+def ttft_stage_names() -> list[str]:
+    """The stages of a request's time to first token an explained replay reports, in order."""
+
 def reject_reason_names() -> list[str]:
     """Machine names of rejection reasons, indexed by a report's reject_reason codes."""
 
@@ -83,6 +86,10 @@ def resolve_config_json(config_json: str) -> str:
     ``workers``, ``gpus_per_worker``, ``engine``, ``timing``, ``engine_path``,
     ``timing_path``), ``kv_transfer`` (``bytes_per_token``, ``send_gbps``, ``recv_gbps``,
     ``link_model``, ``sizing``, ``first_token``), ``num_workers`` and ``num_gpus``."""
+
+def replay_bytes_estimate(config_json: str, requests: int, tokens: int) -> int:
+    """The most bytes one replay of the configuration takes for a workload of ``requests``
+    requests of ``tokens`` prompt and output tokens (its columns not included)."""
 
 def kv_shape_bytes_per_token(shape_json: str, tp: int) -> int:
     """KV bytes of one token on one GPU of a ``tp``-way tensor-parallel rank for a

@@ -4,14 +4,21 @@ leaves a partial file under the name, and a failed one raises
 
 Every file dynosim writes goes through :func:`atomic_open` (or :func:`write_atomic`, the same
 for one text): a regular file is written under a temporary name beside it, renamed over the
-name once complete and removed when the write fails or is interrupted. A path that exists and
-is not a regular file (``/dev/stdout``, a FIFO, ``/dev/full``) is written in place: renaming
-over a device would replace it. A symbolic link is written through, to the file it names, as
-the shell's ``>`` does (renaming over the link would replace the link)."""
+name once complete and removed when the write fails or is interrupted. The temporary file is
+created under a random name, exclusively and never through a link (``O_EXCL | O_NOFOLLOW``),
+so nothing planted in the directory can redirect the write.
+
+A path the user names keeps the shell's rules: one that exists and is not a regular file
+(``/dev/stdout``, a FIFO, ``/dev/full``) is written in place (renaming over a device would
+replace it), and a symbolic link is written through, to the file it names, as ``>`` does. A
+file a command creates inside its output directory (``fresh=True``: a sweep's tables, a plan's
+``replays.csv``, the rendered manifest) is created fresh instead: whatever is under its name,
+a link included, is replaced, never followed."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +31,10 @@ from dynosim.errors import OutputError
 #: a device such as /dev/zero that would be read forever.
 MAX_LINE_BYTES = 64 << 20
 
+#: The largest document read whole (a report, a ``vllm bench serve`` result): written on one
+#: line, so no line limit applies, but a pipe that never ends is still stopped.
+MAX_DOCUMENT_BYTES = 8 << 30
+
 _CHUNK = 1 << 20
 
 
@@ -33,23 +44,32 @@ def read_input(
     what: str,
     *,
     max_line: int | None = None,
+    max_bytes: int | None = None,
 ) -> bytes:
     """The bytes of the input file ``path`` (``what`` names it in messages: "trace", ...).
 
     Raises ``error`` naming the file when it cannot be read, is a directory or a device (a pipe
     is read, so a process substitution works), or, with ``max_line`` (at least 1 MiB), holds a
-    line longer than that many bytes: an unbounded input fails at once instead of being read
-    forever.
+    line longer than that many bytes, or with ``max_bytes`` (a document read whole) is longer
+    than that: an unbounded input fails at once instead of being read forever.
     """
     try:
         with open(path, "rb") as fh:
-            mode = os.fstat(fh.fileno()).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-                kind = "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+            status = os.fstat(fh.fileno())
+            if not (stat.S_ISREG(status.st_mode) or stat.S_ISFIFO(status.st_mode)):
+                kind = "a directory" if stat.S_ISDIR(status.st_mode) else "a device or socket"
                 raise error(f"{path}: cannot read the {what}: not a regular file ({kind})")
-            if max_line is None:
+            if max_line is not None:
+                return _read_lines_bounded(fh, path, error, what, max_line)
+            if max_bytes is None:
                 return fh.read()
-            return _read_lines_bounded(fh, path, error, what, max_line)
+            data = b"" if status.st_size > max_bytes else fh.read(max_bytes + 1)
+            if status.st_size > max_bytes or len(data) > max_bytes:
+                raise error(
+                    f"{path}: longer than {max_bytes >> 30} GiB: not a {what} dynosim reads "
+                    "(a device or a stream that does not end?)"
+                )
+            return data
     except IsADirectoryError:
         raise error(f"{path}: cannot read the {what}: not a regular file (a directory)") from None
     except OSError as exc:
@@ -83,15 +103,34 @@ def _read_lines_bounded(
 
 
 def destination(path: str | os.PathLike[str]) -> Path:
-    """The file a write to ``path`` lands in: ``path``, or the file a link there names."""
+    """The file a write to ``path`` lands in: ``path``, or the file a link there names.
+
+    Raises :class:`~dynosim.errors.OutputError` naming ``path`` when its links loop."""
     path = Path(path)
-    return path.resolve() if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:  # a dangling link: the write creates the file it names
+        return Path(os.path.realpath(path))
+    except OSError as e:
+        raise cannot_write(path, e) from None
 
 
-def temporary_name(path: Path) -> Path:
-    """Where :func:`atomic_open` writes ``path`` until the file is complete (a hidden name
-    beside it, so the rename stays on one file system)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+#: Opening a temporary file: created here and now, never through a link, not inherited.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+
+
+def create_temporary(directory: Path, name: str) -> tuple[Path, int]:
+    """A new empty file in ``directory`` under a random hidden name derived from ``name``, and
+    its open descriptor (write only): created exclusively, so no file or link already there is
+    ever opened or followed. Raises OSError when the directory takes no files."""
+    while True:
+        temporary = directory / f".{name}.{secrets.token_hex(8)}.tmp"
+        try:
+            return temporary, os.open(temporary, _CREATE, 0o666)
+        except FileExistsError:  # a name planted there (by chance: 2^-64): draw another
+            continue
 
 
 def in_place(path: Path) -> bool:
@@ -108,26 +147,56 @@ def cannot_write(path: str | os.PathLike[str], err: OSError) -> OutputError:
 
 
 @contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike[str], mode: str = "w", *, fresh: bool = False
+) -> Iterator[IO[Any]]:
     """A file handle (``mode`` ``"w"``: UTF-8 text, newlines as written; ``"wb"``: bytes)
-    whose content appears under ``path`` only when the block ends without an exception."""
+    whose content appears under ``path`` only when the block ends without an exception.
+
+    ``fresh``: ``path`` is a file the command creates in its output directory; whatever is
+    under that name is replaced (a link too, never followed), and nothing is written in place.
+    """
     if mode not in ("w", "wb"):
         raise ValueError(f"mode: expected 'w' or 'wb', got {mode!r}")
-    path = destination(path)
-    target = path if in_place(path) else temporary_name(path)
     text = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}
+    path = Path(path) if fresh else destination(path)
+    temporary: Path | None = None
     try:
-        with open(target, mode, **text) as fh:
+        if not fresh and in_place(path):
+            with open(path, mode, **text) as fh:
+                yield fh
+            return
+        temporary, fd = create_temporary(path.parent, path.name)
+        with open(fd, mode, **text) as fh:
             yield fh
-        if target != path:
-            os.replace(target, path)
+        os.replace(temporary, path)  # a link at ``path`` is replaced, not what it names
+        temporary = None
     except OutputError:
         raise
     except OSError as e:
         raise cannot_write(path, e) from None
     finally:
-        if target != path:
-            target.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+
+
+def open_fresh(path: str | os.PathLike[str]) -> IO[str]:
+    """A UTF-8 text handle to a new empty file at ``path``, in place of whatever was under
+    that name (a link is replaced, not followed): for a file appended to as work goes on,
+    such as a sweep's partial rows. Raises OutputError naming ``path``."""
+    path = Path(path)
+    try:
+        temporary, fd = create_temporary(path.parent, path.name)
+    except OSError as e:
+        raise cannot_write(path, e) from None
+    fh = open(fd, "w", encoding="utf-8", newline="")
+    try:
+        os.replace(temporary, path)
+    except OSError as e:
+        fh.close()
+        temporary.unlink(missing_ok=True)
+        raise cannot_write(path, e) from None
+    return fh
 
 
 def make_dirs(path: str | os.PathLike[str]) -> Path:
@@ -139,21 +208,24 @@ def make_dirs(path: str | os.PathLike[str]) -> Path:
     return Path(path)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_open`."""
-    with atomic_open(path) as fh:
+def write_atomic(path: str | os.PathLike[str], text: str, *, fresh: bool = False) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_open` (``fresh``: a file the
+    command creates in its output directory, see there)."""
+    with atomic_open(path, fresh=fresh) as fh:
         fh.write(text)
     return Path(path)
 
 
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
     "MAX_LINE_BYTES",
     "atomic_open",
     "cannot_write",
+    "create_temporary",
     "destination",
     "in_place",
     "make_dirs",
+    "open_fresh",
     "read_input",
-    "temporary_name",
     "write_atomic",
 ]

@@ -11,6 +11,8 @@ model holding another one can put its own path in front of the inner model's pro
 from __future__ import annotations
 
 import json
+import reprlib
+from collections.abc import Iterable
 from typing import Any, ClassVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -36,12 +38,62 @@ _EXPECTED = {
 
 
 def shown(value: Any, width: int = 60) -> str:
-    """A value as JSON shows it (repr where JSON cannot), cut short to stay one readable line."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
+    """A value as JSON shows it (repr where JSON cannot), cut short to stay one readable line.
+
+    Only what is shown is ever rendered: a value of a billion elements (nested aliases of a
+    YAML file) or a string of gigabytes costs no more than ``width`` characters."""
+    pieces: list[str] = []
+    _render(value, pieces, [width + 1], set())
+    text = "".join(pieces)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+#: Bits of the largest integer written out in full (about 1,000 digits); larger ones by size.
+_MAX_INT_BITS = 3_300
+
+
+def _render(value: Any, out: list[str], budget: list[int], inside: set[int]) -> None:
+    """Append ``value`` as JSON (``json.dumps``'s spacing) to ``out`` until ``budget[0]``
+    characters are spent; ``inside``: the containers being rendered (a recursive one shows
+    as ``[...]``)."""
+    if budget[0] <= 0:
+        return
+    if isinstance(value, str):
+        text = json.dumps(value[: budget[0]])
+    elif value is None or isinstance(value, bool | float):
+        text = json.dumps(value)
+    elif isinstance(value, int):
+        bits = abs(value).bit_length()
+        if bits <= _MAX_INT_BITS:
+            text = str(value)
+        else:
+            sign = "a negative" if value < 0 else "an"
+            text = f"<{sign} integer of ~{int(bits * 0.30103):,} digits>"
+    elif isinstance(value, list | tuple | dict):
+        if id(value) in inside:
+            text = "[...]"
+        else:
+            inside.add(id(value))
+            items = value.items() if isinstance(value, dict) else ((None, v) for v in value)
+            out.append("{" if isinstance(value, dict) else "[")
+            budget[0] -= 1
+            for k, (key, item) in enumerate(items):
+                if budget[0] <= 0:
+                    break
+                if k:
+                    out.append(", ")
+                    budget[0] -= 2
+                if isinstance(value, dict):
+                    _render(key if isinstance(key, str) else str(key)[:60], out, budget, inside)
+                    out.append(": ")
+                    budget[0] -= 2
+                _render(item, out, budget, inside)
+            inside.discard(id(value))
+            text = "}" if isinstance(value, dict) else "]"
+    else:
+        text = reprlib.repr(value)
+    out.append(text)
+    budget[0] -= len(text)
 
 
 def join_path(prefix: str, loc: tuple[Any, ...] | list[Any]) -> str:
@@ -51,8 +103,31 @@ def join_path(prefix: str, loc: tuple[Any, ...] | list[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif part != "[key]":  # pydantic's marker for a bad mapping key; the key is shown
-            out = f"{out}.{part}" if out else str(part)
+            part = short_key(str(part))  # a key of the document: shown, not copied whole
+            out = f"{out}.{part}" if out else part
     return out
+
+
+#: Characters of a document's key shown in a path.
+_KEY_WIDTH = 40
+
+
+def short_key(key: str) -> str:
+    """A document's key as a path shows it: cut short past a few dozen characters."""
+    return key if len(key) <= _KEY_WIDTH else key[: _KEY_WIDTH - 3] + "..."
+
+
+def listing(names: Iterable[Any], width: int = 200) -> str:
+    """``names`` (a document's keys or values) joined by ", " as written, each cut short
+    (:func:`short_key`), the whole stopped near ``width`` characters with how many more."""
+    names = list(names)
+    out: list[str] = []
+    for k, name in enumerate(names):
+        if out and sum(len(n) + 2 for n in out) > width:
+            out.append(f"and {len(names) - k:,} more")
+            break
+        out.append(short_key(str(name)))
+    return ", ".join(out)
 
 
 def under(root: str, path: str) -> str:
@@ -73,10 +148,16 @@ class Problems:
         self.problems = problems
         self.root = root
         lines = []
-        for path, message in problems:
+        for path, message in problems[:MAX_PROBLEMS_SHOWN]:
             where = None if path is None else under(root, path)
             lines.append(f"{where}: {message}" if where else message)
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"and {len(problems) - MAX_PROBLEMS_SHOWN:,} more problems")
         super().__init__("; ".join(lines))
+
+
+#: Problems an error's message lists (all of them stay in its ``problems``).
+MAX_PROBLEMS_SHOWN = 5
 
 
 class ConfigProblems(Problems, ConfigError):
@@ -129,11 +210,18 @@ def _admits_bool(annotation: Any) -> bool:
     return any(_admits_bool(arg) for arg in get_args(annotation))
 
 
-def _holds_bool(value: Any) -> bool:
-    """Whether ``value`` is a bool, or a list or tuple holding one (at any depth)."""
+def _holds_bool(value: Any, seen: set[int] | None = None) -> bool:
+    """Whether ``value`` is a bool, or a list or tuple holding one (at any depth). A list met
+    again (shared, as YAML aliases share them) is looked at once."""
     if isinstance(value, bool):
         return True
-    return isinstance(value, list | tuple) and any(_holds_bool(v) for v in value)
+    if not isinstance(value, list | tuple):
+        return False
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
+    return any(_holds_bool(v, seen) for v in value)
 
 
 class StrictModel(BaseModel):
@@ -182,7 +270,9 @@ __all__ = [
     "StrictModel",
     "WorkloadProblems",
     "join_path",
+    "listing",
     "problems",
+    "short_key",
     "shown",
     "under",
 ]

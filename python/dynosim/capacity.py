@@ -449,6 +449,8 @@ def aic_kv_capacity(
     per_gpu = geometry.bytes_per_token(spec.tp)
     kv_bytes = float(memory["total_kv_size_bytes"])
     blocks = math.floor(kv_bytes / (per_gpu * block_size)) if kv_bytes > 0 else 0
+    # vLLM keeps one block of its pool as the null block no request ever holds.
+    blocks -= target.backend == "vllm"
     if blocks < 1:
         raise ConfigError(
             f"{spec.model_name} at {target.layout()} does not fit {spec.system}: "

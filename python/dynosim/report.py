@@ -7,15 +7,18 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from dynosim import _core
-from dynosim._files import read_input
+from dynosim._documents import DocumentError, json_document
+from dynosim._files import MAX_DOCUMENT_BYTES, read_input
+from dynosim._validation import shown
 from dynosim.errors import ReportError
+from dynosim.report_schema import check_report
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.
 REJECT_REASONS: tuple[str, ...] = tuple(_core.reject_reason_names())
@@ -30,9 +33,6 @@ _LATENCIES = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms")
 #: bump the version whenever a field is renamed, removed or changes meaning.
 REPORT_FORMAT = "dynosim-report"
 REPORT_VERSION = 1
-
-#: The parts every report has.
-_PARTS = ("summary", "config", "requests", "timeseries")
 
 
 def config_sha256(config: Mapping[str, Any]) -> str:
@@ -59,6 +59,41 @@ def _arrays(part: Any, where: str) -> Any:
     if isinstance(part, dict):
         return {k: _arrays(v, f"{where}.{k}") for k, v in part.items()}
     return part
+
+
+#: Column entries encoded at a time by :func:`_canonical_chunks`.
+_SLICE = 1 << 16
+
+
+def _canonical_chunks(value: Any) -> Iterator[str]:
+    """``json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), allow_nan=False)`` in
+    pieces: a mapping key by key, an array a slice at a time (a JSON list is its items joined
+    by commas, so the slices joined are the whole list)."""
+    if isinstance(value, dict):
+        yield "{"
+        for k, key in enumerate(sorted(value)):
+            yield ("," if k else "") + json.dumps(key) + ":"
+            yield from _canonical_chunks(value[key])
+        yield "}"
+    elif isinstance(value, np.ndarray) and value.ndim > 1:
+        yield "["
+        for k, row in enumerate(value):
+            if k:
+                yield ","
+            yield from _canonical_chunks(row)
+        yield "]"
+    elif isinstance(value, np.ndarray):
+        yield "["
+        for start in range(0, len(value), _SLICE):
+            text = _dumps(_plain(value[start : start + _SLICE]))
+            yield ("," if start else "") + text[1:-1]
+        yield "]"
+    else:
+        yield _dumps(_plain(value))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _freeze(part: dict[str, Any]) -> None:
@@ -124,6 +159,8 @@ class Report:
         self.requests: dict[str, np.ndarray] = raw["requests"]
         self.timeseries: dict[str, Any] = raw["timeseries"]
         self.provenance: dict[str, Any] = provenance or {}
+        explained = raw.get("breakdown_json")
+        self._breakdown: dict[str, Any] | None = json.loads(explained) if explained else None
         _freeze(self.requests)
         _freeze(self.timeseries)
 
@@ -138,30 +175,28 @@ class Report:
             )
         form = data["format"]
         if not isinstance(form, dict) or form.get("name") != REPORT_FORMAT:
-            raise ReportError(f"{where}: not a dynosim report (format {form!r})")
+            raise ReportError(f"{where}: not a dynosim report (format {shown(form)})")
         if form.get("version") != REPORT_VERSION:
             made = data.get("provenance") or {}
             by = made.get("dynosim_version", "unknown") if isinstance(made, dict) else "unknown"
             raise ReportError(
-                f"{where}: a report of format version {form.get('version')!r} (dynosim {by}); "
+                f"{where}: a report of format version {shown(form.get('version'))} (dynosim {by}); "
                 f"this dynosim reads version {REPORT_VERSION}: replay the trace again to get a "
                 "current report"
             )
-        for part in _PARTS:
-            if not isinstance(data.get(part), dict):
-                raise ReportError(f"{where}: field {part!r}: expected an object")
+        try:
+            config = check_report(data)
+        except ReportError as e:
+            raise ReportError(f"{where}: {e}") from None
         raw = {
             "summary_json": json.dumps(data["summary"]),
-            "config_json": json.dumps(data["config"]),
+            # As the core writes it: every setting there, defaults filled in.
+            "config_json": _core.normalize_config_json(config.model_dump_json()),
             "requests": _arrays(data["requests"], f"{where}: requests"),
             "timeseries": _arrays(data["timeseries"], f"{where}: timeseries"),
         }
-        n = data["summary"].get("num_requests")
-        for name, column in raw["requests"].items():
-            if not isinstance(column, np.ndarray) or len(column) != n:
-                raise ReportError(
-                    f"{where}: requests.{name}: expected {n} values (summary.num_requests)"
-                )
+        if "breakdown" in data:
+            raw["breakdown_json"] = json.dumps(data["breakdown"])
         return cls(raw, data.get("provenance"))
 
     @property
@@ -182,8 +217,8 @@ class Report:
         codes = self.requests["reject_reason"][rows]
         return [(int(i), REJECT_REASONS[c]) for i, c in zip(rows, codes, strict=True)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Summary, configuration, per-request columns and time series as plain Python data."""
+    def _parts(self) -> dict[str, Any]:
+        """The report's parts, its columns as the arrays they are."""
         out = {
             "format": {"name": REPORT_FORMAT, "version": REPORT_VERSION},
             "summary": self.summary,
@@ -193,15 +228,33 @@ class Report:
         }
         if self.provenance:
             out["provenance"] = self.provenance
-        return _plain(out)
+        if self._breakdown is not None:
+            out["breakdown"] = self._breakdown
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary, configuration, per-request columns and time series as plain Python data."""
+        return _plain(self._parts())
 
     @cached_property
     def _canonical(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return "".join(self.json_chunks())
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no whitespace, null for NaN. Same inputs, same bytes."""
         return self._canonical
+
+    def json_chunks(self) -> Iterator[str]:
+        """:meth:`to_json` in pieces, each column encoded a slice at a time, for writing a
+        report of millions of requests without ever holding its JSON, or its columns as Python
+        numbers, whole (the pieces joined are :meth:`to_json`)."""
+        return _canonical_chunks(self._parts())
+
+    def write_json(self, fh: IO[str]) -> None:
+        """Write :meth:`to_json` and a newline to the text handle ``fh``, piece by piece."""
+        for piece in self.json_chunks():
+            fh.write(piece)
+        fh.write("\n")
 
     def to_pandas(self) -> Any:
         """The per-request columns as a pandas DataFrame, one row per workload row (needs
@@ -249,6 +302,42 @@ class Report:
             raise KeyError(f"unknown latency metric {metric!r}; choose one of {_LATENCIES}")
         return self.summary[metric]
 
+    def breakdown(self) -> dict[str, Any]:
+        """Where the replay's time went (a replay run with ``report.explain`` on, ``dynosim
+        replay --explain``):
+
+        - ``ranks``: per rank (``role``, ``worker`` in the role's numbering, ``dp_rank``), its
+          passes by kind (``prefill_only``, ``decode_only``, ``mixed``): how many, mean and p99
+          priced time (ms), and the mean of each part of the price (ms);
+        - ``parts``: per role, the parts its prices split into, each with ``family`` (the AIC
+          family of measurements that priced it; ``None``: AIC's own formula) and
+          ``version`` (the engine version whose measurements priced it) when AIC timed it;
+        - ``ttft_stages``: in order, each stage of the time to first token (``queue``,
+          ``prefill_passes``, ``between_chunks``, ``handoff``, ``transfer``,
+          ``after_transfer``) with its mean over completed requests (``mean_ms``; they add up
+          to the mean TTFT); each request's stages are the columns
+          ``requests["ttft_<stage>_ms"]``.
+
+        Raises:
+            ValueError: the replay was not explained.
+        """
+        if self._breakdown is None:
+            raise ValueError(
+                "this replay kept no breakdown: replay with report.explain on (dynosim replay "
+                "--explain, or config {'report': {'explain': True}})"
+            )
+        from dynosim.config import SimConfig, resolve
+
+        timing = self.provenance.get("timing", {})
+        paths = {role: v.timing_path for role, v in resolve(SimConfig(**self.config)).roles.items()}
+        parts = {}
+        for role, names in self._breakdown["parts"].items():
+            priced = timing.get(paths[role], {}).get("parts", {})
+            parts[role] = {
+                name: priced.get(name, {"family": None, "version": None}) for name in names
+            }
+        return {**self._breakdown, "parts": parts}
+
     def __repr__(self) -> str:
         s = self.summary
         return (
@@ -259,11 +348,14 @@ class Report:
 
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
-    is not a dynosim report of this format version raises ReportError naming the file."""
-    text = read_input(path, ReportError, "report")
+    is not a dynosim report of this format version, or whose content does not fit the
+    report's schema (:mod:`dynosim.report_schema`), raises ReportError naming the file."""
+    text = read_input(path, ReportError, "report", max_bytes=MAX_DOCUMENT_BYTES)
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json_document(text)
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{path}: not a dynosim report (not UTF-8 text: {exc})") from None
+    except DocumentError as exc:
         raise ReportError(f"{path}: not a dynosim report (not JSON: {exc})") from None
     return Report.from_dict(data, str(path))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import aic_core, pandas
+from dynosim._validation import shown
 from dynosim.aic.versions import pricing_versions
 from dynosim.errors import ConfigError
 
@@ -45,7 +46,8 @@ def bundled_model_config(model_name: str) -> dict[str, Any]:
     models = supported_models()
     if model_name not in models:
         raise ConfigError(
-            f"AIConfigurator has no model {model_name!r}; supported models: {', '.join(models)}"
+            f"AIConfigurator has no model {shown(model_name)}; supported models: "
+            f"{', '.join(models)}"
         )
     path = _model_configs_dir() / f"{model_name.replace('/', '--')}_config.json"
     return json.loads(path.read_text())
@@ -68,7 +70,7 @@ def supported_backends(system: str) -> dict[str, list[str]]:
         spec_only = system in _system_specs()
         why = "has a spec but no performance data in AIC" if spec_only else "is unknown to AIC"
         raise ConfigError(
-            f"system {system!r} {why}; systems with data: {', '.join(sorted(databases))}"
+            f"system {shown(system)} {why}; systems with data: {', '.join(sorted(databases))}"
         )
     return {b: list(v) for b, v in sorted(databases[system].items())}
 
@@ -92,7 +94,9 @@ def system_spec(system: str) -> dict[str, Any]:
     pdb = aic_core("sdk.perf_database")
     spec = pdb.load_system_spec(system) if system else {}
     if not spec or "gpu" not in spec:
-        raise ConfigError(f"AIC has no system {system!r}; systems: {', '.join(_system_specs())}")
+        raise ConfigError(
+            f"AIC has no system {shown(system)}; systems: {', '.join(_system_specs())}"
+        )
     return spec
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dynosim._dependencies import aic_generator
+from dynosim._validation import shown
 from dynosim.errors import ConfigError, ManifestError
 
 #: dynosim's serving modes and roles in AIC's words.
@@ -33,7 +34,7 @@ def dynamo_release(requested: str | None, backend: str) -> tuple[str, str]:
     try:
         shipped = api.resolve_backend_version_for_dynamo(release, backend)
     except (TypeError, ValueError) as exc:  # AIC's words for an unknown release or backend
-        raise ConfigError(f"options.dynamo_version {release!r}: {exc}") from None
+        raise ConfigError(f"options.dynamo_version {shown(release)}: {exc}") from None
     return release, shipped
 
 

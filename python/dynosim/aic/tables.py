@@ -43,10 +43,13 @@ build (AIC's engine and data load included).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -56,9 +59,14 @@ from typing import Any
 import numpy as np
 
 from dynosim._dependencies import aic_core
+from dynosim.aic.database import bundled_model_config, system_spec, text_config
 from dynosim.aic.target import AicTarget, resolve_aic_timing
 from dynosim.config import OP_TABLE_ARRAYS, AicTiming, OpTables, SimConfig, resolve
-from dynosim.config.timing_table import write_npz
+from dynosim.config.timing_table import (
+    load_mixed_decode_profile,
+    mixed_decode_slice,
+    write_npz,
+)
 from dynosim.errors import ConfigError, warn
 
 #: Largest decode batch on the axes (requests): past vLLM's default max_num_seqs of 256.
@@ -79,6 +87,95 @@ DECODE_BATCH_PROBES = (1, 32, 256)
 CHUNK_BATCH_PROBES = ((64, 0), (1024, 0), (256, 8192))  # (tokens, prefix)
 CHUNK_TOKEN_PROBES = ((1, 0), (8, 0), (1, 8192))  # (batch, prefix)
 CHUNK_PREFIX_PROBES = ((1, 256), (1, 4096), (8, 512))  # (batch, tokens)
+
+
+#: Which family of AIC's measurements prices each part of a pass (``None``: AIC's own formula,
+#: no measurement), for the version each part was priced with (Report.breakdown). ``nccl``
+#: is the system's NCCL measurements, versioned by NCCL.
+PART_FAMILIES: dict[str, str | None] = {
+    "gemm": "gemm",
+    "moe": "moe",
+    "moe_dispatch": "nccl",
+    "all_reduce": "comm",
+    "all_reduce_nccl": "nccl",
+    "p2p": None,
+    "elementwise": None,
+    "other": None,
+    "graph_padding": "gemm",
+    "moe_other_ranks": "moe",
+    "prefill_attention": "attention",
+    "decode_attention": "attention",
+    "decode_spread": "attention",
+    "mixed_decode_attention": "attention",
+}
+
+#: vLLM's custom all-reduce takes messages smaller than this (bytes); larger ones go to NCCL.
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def part_of(op: str) -> str:
+    """The part of a pass an AIC context operator belongs to: ``gemm`` (every matrix multiply:
+    projections, feed-forward, router, logits), ``moe`` (the experts), ``moe_dispatch`` (their
+    tokens gathered from and scattered back to every rank), ``all_reduce`` (tensor-parallel
+    all-reduces), ``p2p`` (pipeline sends), ``elementwise`` (norms, activations, embedding
+    lookup) or ``other``."""
+    name = op.removeprefix("context_")
+    if name.endswith("_gemm"):
+        return "gemm"
+    if name.endswith("dispatch"):
+        return "moe_dispatch"
+    if name.endswith("_ar") or name.startswith("ar_"):
+        return "all_reduce"
+    if name == "p2p":
+        return "p2p"
+    if name == "moe":
+        return "moe"
+    if "norm" in name or name.startswith("act") or name == "embedding":
+        return "elementwise"
+    return "other"
+
+
+def nccl_from_tokens(target: AicTarget, hidden_size: int) -> int | None:
+    """From how many tokens a pass's tensor-parallel all-reduces go to NCCL (``None``: never;
+    1: always). vLLM (the ``vllm`` backend) all-reduces a rank's bf16 activations (tokens x
+    hidden size x 2 bytes) with its custom kernel when the message is below 8 MiB and the
+    rank's GPUs are two, or all NVLink-connected (a system whose GPUs reach each other faster
+    than over PCIe); otherwise with NCCL. AIC prices every all-reduce with its custom-kernel
+    measurements; the other backends are left as AIC prices them."""
+    if target.backend != "vllm" or target.tp == 1:
+        return None
+    node = system_spec(target.system).get("node", {})
+    nvlink = node.get("intra_node_bw", 0) > node.get("pcie_bw", 0)
+    if target.tp > 2 and not nvlink:
+        return 1
+    return -(-CUSTOM_ALL_REDUCE_MAX_BYTES // (2 * hidden_size))
+
+
+def mixed_decode_factor(target: AicTarget) -> float:
+    """What the decode rows of a pass that also prefills cost over their price in a pass of
+    decodes only, where no measured profile says (``timing.mixed_decode_profile``).
+
+    vLLM (the ``vllm`` backend) runs the attention of a whole pass in one FlashAttention-2
+    varlen call on GPUs where it uses FlashAttention 2 (compute capability other than 9.x,
+    which has FlashAttention 3, and 10.x, which has FlashInfer). In a pass of decodes only that
+    kernel packs the G query heads sharing a KV head (G = attention heads / KV heads) into one
+    read of it and splits long contexts over thread blocks; with a prefill row in the call it
+    does neither, so each query head reads its KV head again. The decode rows then read
+    between 1 time (the repeats all served by the L2 cache) and G times (none) the KV bytes
+    of a pure decode, and decode attention is bound by those reads: the price here is the
+    geometric middle of the bounds, sqrt(G), off by at most a factor sqrt(G) either way (2 for
+    G = 4, 2.83 for G = 8). 1 for the other backends and GPUs, an MLA model, or G = 1.
+    """
+    if target.backend != "vllm":
+        return 1.0
+    if system_spec(target.system)["gpu"].get("sm_version", 0) // 10 in (9, 10):
+        return 1.0
+    config = text_config(bundled_model_config(target.model_name))
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads", heads)
+    if "kv_lora_rank" in config or not heads or not kv_heads:
+        return 1.0
+    return math.sqrt(heads / kv_heads)
 
 
 def ladder(top: int) -> list[int]:
@@ -148,6 +245,9 @@ def provenance(target: AicTarget, path: Path) -> dict[str, Any]:
     """What priced a timing section, for the report: model, system, engine and version, the
     layout, the version whose measurements price each family of operations, AIC's version,
     and the cached tables."""
+    # NCCL's measurements are versioned by NCCL's release, the system's.
+    nccl = system_spec(target.system).get("misc", {}).get("nccl_version")
+    versions = {**dict(target.pricing), "nccl": nccl}
     return {
         "model_name": target.model_name,
         "system": target.system,
@@ -155,6 +255,10 @@ def provenance(target: AicTarget, path: Path) -> dict[str, Any]:
         "backend_version": target.backend_version,
         "layout": {"tp": target.tp, "dp": target.dp, "ep": target.ep},
         "priced_by": dict(target.pricing),
+        "parts": {
+            part: {"family": family, "version": versions.get(family)}
+            for part, family in PART_FAMILIES.items()
+        },
         "aic_version": target.aic_version,
         "tables": path.name,
     }
@@ -181,7 +285,29 @@ def aic_table_timing(
     if tables is None:
         tables, tiers = build_tables(target)
         _write_cache(path, tables, target, tiers)
-    return tables, provenance(target, path)
+    made = provenance(target, path)
+    if spec.mixed_decode_profile is None:
+        factor = mixed_decode_factor(target)
+        made["mixed_decode"] = {"factor": factor}
+        return tables.model_copy(update={"mixed_decode_factor": factor}), made
+    table, made["mixed_decode"] = _mixed_decode_table(target, Path(spec.mixed_decode_profile))
+    return tables.model_copy(update={"mixed_decode_attention": table}), made
+
+
+def _mixed_decode_table(target: AicTarget, profile: Path) -> tuple[Any, dict[str, Any]]:
+    """The decode rows' attention in a mixed pass of ``target``'s model, from a measured
+    ``profile`` (:func:`dynosim.config.load_mixed_decode_profile`): its one-layer times at the
+    rank's query heads (the model's over its TP), times the model's layers; and its
+    provenance (the file, its sha256, the heads and layers used)."""
+    arrays = load_mixed_decode_profile(profile)
+    config = text_config(bundled_model_config(target.model_name))
+    heads = config["num_attention_heads"] / target.tp
+    layers = config["num_hidden_layers"]
+    one = mixed_decode_slice(arrays, float(heads))
+    table = one.model_copy(update={"ms": (np.asarray(one.ms) * layers).tolist()})
+    digest = hashlib.sha256(profile.read_bytes()).hexdigest()
+    made = {"profile": profile.name, "sha256": digest, "heads": heads, "layers": layers}
+    return table, made
 
 
 @contextmanager
@@ -219,6 +345,9 @@ class _Engine:
         except Exception as e:  # AIC raises bare ValueError/AssertionError for unsupported inputs
             raise self._cannot("build", e) from None
         self.non_attention = [i for i, name in enumerate(context) if name != "context_attention"]
+        self.part_of = {context[i]: part_of(context[i]) for i in self.non_attention}
+        self.hidden_size = int(text_config(bundled_model_config(target.model_name))["hidden_size"])
+        self.nccl_from = nccl_from_tokens(target, self.hidden_size)
         self.context_attention = [context.index("context_attention")]
         self.decode_attention = [generation.index("generation_attention")]
         self.tiers: dict[str, int] = {}
@@ -231,27 +360,70 @@ class _Engine:
             f"{t.backend} {t.backend_version} at {t.layout()} (--tp/--dp/--ep): {e}"
         )
 
-    def _ask(self, key: tuple[Any, ...], query: Callable[[], list[Any]]) -> float:
+    def _ask_ops(self, key: tuple[Any, ...], query: Callable[[], list[Any]]) -> dict[str, float]:
+        """Each operator's time in a query's answer (ms), by operator name."""
         if key in self._memo:
             return self._memo[key]
         try:
-            ms = float(sum(op[1] for op in query()))
+            ops = {str(op[0]): float(op[1]) for op in query()}
         except Exception as e:
             raise self._cannot(f"price {key}", e) from None
-        if not math.isfinite(ms) or ms < 0.0:
-            raise self._cannot(f"price {key}", ValueError(f"got {ms} ms"))
+        bad = {name: ms for name, ms in ops.items() if not math.isfinite(ms) or ms < 0.0}
+        if bad:
+            raise self._cannot(f"price {key}", ValueError(f"got {bad} ms"))
         tier = self.handle.last_provenance()
         if tier is not None:
             self.tiers[tier] = self.tiers.get(tier, 0) + 1
-        self._memo[key] = ms
-        return ms
+        self._memo[key] = ops
+        return ops
+
+    def _ask(self, key: tuple[Any, ...], query: Callable[[], list[Any]]) -> float:
+        return float(sum(self._ask_ops(key, query).values()))
+
+    def non_attention_parts_ms(self, tokens: int) -> dict[str, float]:
+        """Every operator but attention over ``tokens`` tokens (ms), summed by part
+        (:func:`part_of`)."""
+        h, ops = self.handle, self.non_attention
+        answer = self._ask_ops(
+            ("na", tokens), lambda: h.evaluate_context_ops(ops, batch_size=1, s=tokens)
+        )
+        parts = dict.fromkeys(sorted(set(self.part_of.values())), 0.0)
+        nccl = self.nccl_from is not None and tokens >= self.nccl_from
+        if self.nccl_from is not None:
+            parts["all_reduce_nccl"] = 0.0
+        for name, ms in answer.items():
+            part = self.part_of[name]
+            if nccl and part == "all_reduce" and ms > 0.0:
+                part, ms = "all_reduce_nccl", self._nccl_all_reduce_ms(name, ms, tokens)
+            parts[part] += ms
+        return dict(sorted(parts.items()))
+
+    def _nccl_all_reduce_ms(self, name: str, custom_ms: float, tokens: int) -> float:
+        """The all-reduces of AIC operator ``name`` (``custom_ms`` with the custom kernel) over
+        ``tokens`` tokens with NCCL instead (ms): as many, each priced with the system's NCCL
+        all-reduce measurements for the rank's GPUs."""
+        ops = aic_core("sdk.operations")
+        engine = aic_core("sdk.engine")
+        half = aic_core("sdk.common").CommQuantMode.half
+        h, tp = self.hidden_size, self.target.tp
+
+        def one(op: Any) -> float:
+            j = engine.build_ops_json([op])
+            return self._ask(
+                ("op", name, type(op).__name__, tokens),
+                lambda: self.handle.evaluate_ops_json(j, is_context=True, batch_size=1, s=tokens),
+            )
+
+        single = one(ops.CustomAllReduce(name, 1, h, tp))
+        count = round(custom_ms / single) if single > 0 else 0
+        nccl = ops.NCCL(
+            name, 1, "all_reduce", num_elements_per_token=h, num_gpus=tp, comm_quant_mode=half
+        )
+        return count * one(nccl)
 
     def non_attention_ms(self, tokens: int) -> float:
         """Every operator but attention over ``tokens`` tokens (ms)."""
-        h, ops = self.handle, self.non_attention
-        return self._ask(
-            ("na", tokens), lambda: h.evaluate_context_ops(ops, batch_size=1, s=tokens)
-        )
+        return float(sum(self.non_attention_parts_ms(tokens).values()))
 
     def context_attention_ms(self, batch: int, tokens: int, prefix: int) -> float:
         """Attention of ``batch`` chunks of ``tokens`` new tokens after ``prefix`` (ms)."""
@@ -315,9 +487,11 @@ def build_tables(target: AicTarget) -> tuple[OpTables, dict[str, int]]:
             [partial(aic.context_attention_ms, b, n) for b, n in CHUNK_PREFIX_PROBES],
             **chunk,
         )
+        parts = [aic.non_attention_parts_ms(t) for t in tokens]
         tables = OpTables(
             tokens=tokens,
-            non_attention_ms=[aic.non_attention_ms(t) for t in tokens],
+            non_attention_ms=[float(sum(p.values())) for p in parts],
+            non_attention_parts={name: [p[name] for p in parts] for name in parts[0]},
             chunk_batch=chunk_batch,
             chunk_tokens=chunk_tokens,
             chunk_prefix=chunk_prefix,
@@ -339,12 +513,19 @@ def build_tables(target: AicTarget) -> tuple[OpTables, dict[str, int]]:
     return tables, aic.tiers
 
 
+#: The cached array of each part of the non-attention operators is named by this prefix.
+_PART_ARRAY = "non_attention_part_"
+
+
 def _write_cache(path: Path, tables: OpTables, target: AicTarget, tiers: dict[str, int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"key": json.loads(target.key()), "tiers": tiers}, sort_keys=True)
     arrays = {name: np.asarray(getattr(tables, name), dtype=np.float64) for name in OP_TABLE_ARRAYS}
-    # Written beside, then renamed: a concurrent run never reads a half-written file.
-    write_npz(path, {**arrays, "aic_meta": np.array(meta)})
+    for part, values in tables.non_attention_parts.items():
+        arrays[_PART_ARRAY + part] = np.asarray(values, dtype=np.float64)
+    # Written beside, then renamed: a concurrent run never reads a half-written file. The cache
+    # is dynosim's own directory: a link planted there is replaced, not followed.
+    write_npz(path, {**arrays, "aic_meta": np.array(meta)}, fresh=True)
 
 
 def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
@@ -356,9 +537,26 @@ def _read_cache(path: Path, target: AicTarget) -> OpTables | None:
             meta = json.loads(str(npz["aic_meta"]))
             if meta.get("key") != json.loads(target.key()):
                 return None
-            return OpTables(**{name: npz[name] for name in OP_TABLE_ARRAYS})
-    except (OSError, ValueError, KeyError, ConfigError) as e:
-        warn(f"{path}: ignoring an unreadable cached AIC table ({e})")
+            parts = {
+                name.removeprefix(_PART_ARRAY): npz[name]
+                for name in npz.files
+                if name.startswith(_PART_ARRAY)
+            }
+            return OpTables(
+                **{name: npz[name] for name in OP_TABLE_ARRAYS}, non_attention_parts=parts
+            )
+    # A truncated or damaged file (a run killed while another copied it in, a full disk) is
+    # no zip, an early end, or a member that does not inflate: rebuilt like a missing one.
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        ConfigError,
+    ) as e:
+        warn(f"{path}: ignoring an unreadable cached AIC table ({type(e).__name__}: {e})")
         return None
 
 
@@ -404,6 +602,7 @@ def aic_sections_to_tables(
 
 
 __all__ = [
+    "PART_FAMILIES",
     "TableMemo",
     "aic_sections_to_tables",
     "aic_table_timing",
@@ -411,6 +610,9 @@ __all__ = [
     "candidates",
     "default_cache_dir",
     "ladder",
+    "mixed_decode_factor",
+    "nccl_from_tokens",
+    "part_of",
     "provenance",
     "refine_axis",
     "table_cache_path",

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dynosim._validation import shown
 from dynosim.aic.database import (
     bundled_model_config,
     is_moe,
@@ -29,7 +30,7 @@ from dynosim.errors import ConfigError
 
 #: Bumped whenever the table axes or the query mapping change, so old cached tables are not
 #: reused (part of every table's cache key). 2: operator tables (mixed passes, prefixes).
-GRID_VERSION = 2
+GRID_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
     if not known_versions(spec.system, spec.backend):
         backends = supported_backends(spec.system)  # names an unknown system, or one without data
         raise ConfigError(
-            f"AIC has no {spec.backend} data for system {spec.system!r}; backends there: "
+            f"AIC has no {spec.backend} data for system {shown(spec.system)}; backends there: "
             f"{', '.join(backends) or 'none'}"
         )
     version = resolve_version(spec.system, spec.backend, spec.backend_version)

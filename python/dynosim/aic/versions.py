@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from dynosim._dependencies import aic_core
+from dynosim._validation import shown
 from dynosim.errors import ConfigError
 
 
@@ -103,7 +104,7 @@ def resolve_version(system: str, backend: str, requested: str | None) -> str:
         aliases = ", ".join(f"{k}={v}" for k, v in slots.items() if v)
         raise ConfigError(
             f"timing.backend_version (--backend-version): AIC has no {backend} version "
-            f"{requested!r} for system {system!r}; versions with "
+            f"{shown(requested)} for system {shown(system)}; versions with "
             f"measurements: {', '.join(known) or 'none'}"
             + (f" (aliases: {aliases})" if aliases else "")
         )

@@ -24,7 +24,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, get_args
 
-from dynosim._files import atomic_open, write_atomic
+from dynosim._files import atomic_open
 from dynosim.cli.common import plain_warnings, run_command
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-seqs",
         type=int,
         metavar="N",
-        help=f"most running requests per worker (default {d.engine.max_num_seqs})",
+        help=f"most running requests per rank (default {d.engine.max_num_seqs})",
     )
     p.add_argument(
         "--max-num-batched-tokens",
@@ -323,6 +323,12 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
     if backend == "trtllm" and args.compare is not None:
         # The peers' TensorRT-LLM engines chunk contexts (TensorRT-LLM's default is not to).
         data["engine"]["enable_chunked_context"] = True
+    if backend == "vllm" and args.compare is not None:
+        # The peers' vLLM engines form each pass when the one before ends and admit a request
+        # once its first chunk fits (vLLM forms passes ahead and, from 0.19, gates on the
+        # whole prompt).
+        data["engine"]["async_scheduling"] = False
+        data["engine"]["scheduler_reserve_full_isl"] = False
     data["cluster"]["router"] = router
     data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
     for value, section, key in (
@@ -507,7 +513,8 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
                 row.update(replay_ms=run.simulation_ms, wall_ms=run.wall_ms, cpu_ms=run.cpu_ms)
                 _write_jsonl(timings_out, {**row, "peak_rss_mib": run.peak_rss_mib})
     if args.report_json is not None:
-        write_atomic(args.report_json, report.to_json() + "\n")
+        with atomic_open(args.report_json) as fh:
+            report.write_json(fh)
     console.print(render_summary(report, str(args.trace)))
     if peer is None:
         console.print(timing_table(timings))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,21 @@ from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sampl
 #: failed simulation.
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-#: Interrupted (Ctrl-C), and stdout closed by its reader: 128 + the signal, as a shell reports
-#: a command SIGINT or SIGPIPE ended.
+#: Interrupted (Ctrl-C), stdout closed by its reader, and terminated (SIGTERM): 128 + the
+#: signal, as a shell reports a command SIGINT, SIGPIPE or SIGTERM ended.
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler, a container stopping), raised where Ctrl-C raises
+    KeyboardInterrupt and a kind of it, so it ends a command the same way: running replays
+    stopped, worker processes ended, partial files left under their partial names."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
 
 
 #: The flags of synthetic traffic (``--isl``, ...), by their argparse names.
@@ -45,12 +58,18 @@ def plain_warnings() -> None:
 def run_command(prog: str, command: Callable[[], int]) -> int:
     """Run a command line's work and turn how it ends into its exit code, with at most one
     line on stderr and never a traceback: bad input or an unwritable output (2), a failed
-    simulation (1), Ctrl-C (130), a reader that closed stdout (141, silently, as ``yes | head``
-    ends). Standard output is flushed here, so a full disk shows as an error, not at exit."""
+    simulation (1), Ctrl-C (130), SIGTERM (143, handled as Ctrl-C is while the command runs),
+    a reader that closed stdout (141, silently, as ``yes | head`` ends). Standard output is
+    flushed here, so a full disk shows as an error, not at exit."""
+    main = threading.current_thread() is threading.main_thread()  # where handlers can be set
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         code = command()
         sys.stdout.flush()
         return code
+    except Terminated:
+        print(f"{prog}: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -72,6 +91,9 @@ def run_command(prog: str, command: Callable[[], int]) -> int:
             f"{prog}: error: {e.filename or 'standard output'}: {e.strerror or e}", file=sys.stderr
         )
         return EXIT_BAD_INPUT
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def missing_extra_is_bad_input(exc: MissingExtraError) -> UsageError:
@@ -143,7 +165,9 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
     "SYNTHETIC_FLAGS",
+    "Terminated",
     "UsageError",
     "add_workload_arguments",
     "can_plot",

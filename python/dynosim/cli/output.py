@@ -7,10 +7,11 @@ files are then written through :mod:`dynosim._files`, whose errors name the file
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dynosim._files import destination, in_place, temporary_name
+from dynosim._files import create_temporary, destination, in_place
 from dynosim.cli.common import UsageError
 
 
@@ -21,17 +22,15 @@ def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def _probe(directory: Path, name: str, where: str) -> None:
-    """Create and remove ``name`` in ``directory``: the one test of being able to create a
-    file there that holds for root, read-only mounts and pseudo file systems alike (where
-    ``os.access`` says yes)."""
-    probe = directory / name
+def _probe(directory: Path, where: str) -> None:
+    """Create and remove a temporary file in ``directory`` as the write will: the one test of
+    being able to create a file there that holds for root, read-only mounts and pseudo file
+    systems alike (where ``os.access`` says yes)."""
     try:
-        probe.open("x").close()
-    except FileExistsError:
-        return  # a leftover of this very process: the directory takes files
+        probe, fd = create_temporary(directory, "dynosim-probe")
     except OSError as e:
         raise UsageError(f"{where}: cannot create files in {directory}: {e.strerror}") from None
+    os.close(fd)
     probe.unlink(missing_ok=True)
 
 
@@ -40,6 +39,7 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> P
     ``flag`` and the path: its directory is missing or not writable, it is a directory or an
     unwritable file, or it is one of ``inputs``. A link is checked as the file it names."""
     where = f"{flag} {path}"
+    _not_stdout(path, flag, "a file name")
     if path.is_dir():
         raise UsageError(f"{where}: is a directory; give a file name")
     target = destination(path)
@@ -53,7 +53,7 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> P
     if target.exists() and not os.access(target, os.W_OK):
         raise UsageError(f"{where}: the file is not writable")
     if not in_place(target):  # a device or a FIFO is written in place, never replaced
-        _probe(parent, temporary_name(target).name, where)
+        _probe(parent, where)
     return path
 
 
@@ -74,12 +74,15 @@ def check_outputs(
 def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
     """``path`` when the command can fill it with files (``files``: names it writes there):
     a directory that exists or can be created, where none of ``files`` is a directory;
-    otherwise a UsageError (exit 2) naming ``flag`` and the path."""
+    otherwise a UsageError (exit 2) naming ``flag`` and the path. Those files are created
+    fresh (:func:`dynosim._files.atomic_open` with ``fresh``): a link under one of their names
+    is replaced, whatever it names."""
     where = f"{flag} {path}"
+    _not_stdout(path, flag, "a directory")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: is a file; give a directory")
     for name in files:
-        if (path / name).is_dir():
+        if _is_directory(path / name):
             raise UsageError(f"{where}: {path / name} is a directory; it would be a file")
     existing = path
     while not existing.exists():
@@ -88,8 +91,25 @@ def check_output_dir(path: Path, flag: str, files: Iterable[str] = ()) -> Path:
         existing = existing.parent
         if existing.exists() and not existing.is_dir():
             raise UsageError(f"{where}: {existing} is not a directory")
-    _probe(existing, f".dynosim-probe.{os.getpid()}.tmp", where)
+    _probe(existing, where)
     return path
+
+
+def _not_stdout(path: Path, flag: str, what: str) -> None:
+    """Refuse ``-``, which a user means as standard output (only ``--json`` writes there):
+    written as a file named ``-``, it would surprise."""
+    if str(path) == "-":
+        raise UsageError(
+            f"{flag} -: standard output takes only --json; give {what} (./- for one named -)"
+        )
+
+
+def _is_directory(path: Path) -> bool:
+    """Whether ``path`` itself is a directory (a link to one is not: it would be replaced)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 __all__ = ["check_output", "check_output_dir", "check_outputs"]

@@ -197,20 +197,21 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtraError as e:
         raise missing_extra_is_bad_input(e) from None
     make_dirs(out)
-    # No wall times in the files: identical plans write identical bytes.
-    result.replays.to_csv(out / "replays.csv", wall=False)
-    result.pareto.to_csv(out / "pareto.csv", wall=False)
+    # Files of the output directory are created fresh: a link planted there is replaced. No
+    # wall times in them: identical plans write identical bytes.
+    write_atomic(out / "replays.csv", result.replays.csv_text(wall=False), fresh=True)
+    write_atomic(out / "pareto.csv", result.pareto.csv_text(wall=False), fresh=True)
     head, why = result.why_table()
     if plot:
         title = f"dynosim plan of {source}: {args.model} on {args.system}"
-        pareto_page(
+        page = pareto_page(
             result.replays,
             result.pick,
             title,
-            out / "pareto.html",
-            result.pareto.rows,
+            front=result.pareto.rows,
             why=(head, why) if why else None,
         )
+        write_atomic(out / "pareto.html", page, fresh=True)
     console = wide_console()
     console.print(_header(result, args, source))
     for note in result.ladder.pruned:
@@ -261,9 +262,8 @@ def run(args: argparse.Namespace) -> int:
     # dynosim render and dynosim validate --candidate.
     deployed = result.rendered.deployed if result.rendered is not None else result.candidate
     assert deployed is not None  # a pick has its candidate
-    write_atomic(
-        out / "candidate.yaml", yaml.safe_dump(deployed.model_dump(mode="json"), sort_keys=False)
-    )
+    candidate = yaml.safe_dump(deployed.model_dump(mode="json"), sort_keys=False)
+    write_atomic(out / "candidate.yaml", candidate, fresh=True)
     if result.rendered is not None:
         for warning in result.rendered.aic_warnings:
             print(f"dynosim: AIC {warning}", file=sys.stderr)

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import matplotlib
-from dynosim._files import write_atomic
+from dynosim._files import atomic_open
 from dynosim.cli import measured
+from dynosim.cli.breakdown import render_breakdown
 from dynosim.cli.common import (
     UsageError,
     add_workload_arguments,
@@ -40,7 +41,9 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--workers", type=int, help="number of aggregated workers")
     r.add_argument("--block-size", type=int, help="tokens per KV block")
     r.add_argument("--num-gpu-blocks", type=int, help="KV blocks per rank (a worker has DP ranks)")
-    r.add_argument("--max-num-seqs", type=int, help="most running requests per worker")
+    r.add_argument(
+        "--max-num-seqs", type=int, help="most running requests per rank (a worker has DP ranks)"
+    )
     r.add_argument(
         "--max-num-batched-tokens", type=int, help="token budget per pass (trtllm: max_num_tokens)"
     )
@@ -82,6 +85,14 @@ def add_parser(sub: Any) -> None:
     m.add_argument("--dp", type=int, help="data-parallel ranks per worker (attention DP for MoE)")
     m.add_argument(
         "--ep", type=int, help="expert-parallel GPUs (MoE models): the tp x dp GPUs split experts"
+    )
+    m.add_argument(
+        "--mixed-decode-profile",
+        type=Path,
+        metavar="FILE.npz",
+        help="--timing aic: a measured profile of the attention of decode rows in passes that "
+        "also prefill (batch x context x prefill tokens x heads, one layer, ms), instead of "
+        "the backend's rule",
     )
     m.add_argument(
         "--gpu-memory-utilization",
@@ -134,6 +145,13 @@ def add_parser(sub: Any) -> None:
         metavar="FILE.html",
         help="write the self-contained HTML page of the report (needs dynosim[plot])",
     )
+    r.add_argument(
+        "--explain",
+        action="store_true",
+        help="also print where the time went: each role's mean pass by kind split into its "
+        "priced parts, each rank's passes, and the time to first token by stage (in --json "
+        "too, as 'breakdown')",
+    )
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
@@ -175,6 +193,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
         value = getattr(args, flag)
         if value is not None:
             data[section][key] = value
+    if args.explain:
+        data["report"]["explain"] = True
     if data["engine"]["backend"] == "trtllm" and args.max_num_batched_tokens is not None:
         # The pass's token budget is TensorRT-LLM's max_num_tokens.
         data["engine"]["max_num_tokens"] = data["engine"].pop("max_num_batched_tokens")
@@ -241,9 +261,13 @@ def _timing(
         if args.backend is not None:
             spec["backend"] = None  # follows the engine's, which --backend sets
         flags = {"model": "model_name", "system": "system"}
-        for flag, key in {**flags, "backend_version": "backend_version", "ep": "ep"}.items():
+        given = {**flags, "backend_version": "backend_version", "ep": "ep"}
+        given["mixed_decode_profile"] = "mixed_decode_profile"
+        for flag, key in given.items():
             if getattr(args, flag) is not None:
-                spec[key] = getattr(args, flag)
+                spec[key] = (
+                    str(getattr(args, flag)) if flag.endswith("profile") else getattr(args, flag)
+                )
         missing = [f"--{f}" for f, key in flags.items() if key not in spec]
         if missing:
             raise UsageError(f"--timing aic needs {' and '.join(missing)}")
@@ -251,14 +275,14 @@ def _timing(
         return {**spec, "tp": engine["tensor_parallel_size"], "dp": engine["data_parallel_size"]}
     given = [
         f"--{flag.replace('_', '-')}"
-        for flag in ("model", "system", "backend_version", "ep")
+        for flag in ("model", "system", "backend_version", "ep", "mixed_decode_profile")
         if getattr(args, flag) is not None
     ]
     if given:
         raise UsageError(
-            f"{', '.join(given)}: AIConfigurator's model, GPU system, engine version and expert "
-            "split apply to --timing aic (its step times, and the KV blocks and KV bytes per "
-            "token derived from them)"
+            f"{', '.join(given)}: AIConfigurator's model, GPU system, engine version, expert "
+            "split and a measured mixed-decode profile apply to --timing aic (its step times, "
+            "and the KV blocks and KV bytes per token derived from them)"
         )
     if model != "fixed" and (args.prefill_ms is not None or args.decode_ms is not None):
         raise UsageError("--prefill-ms and --decode-ms apply to --timing fixed only")
@@ -289,7 +313,13 @@ def run(args: argparse.Namespace) -> int:
     json_file = None if args.json in (None, "-") else Path(args.json)
     check_outputs(
         [("--json", json_file), ("--html", args.html)],
-        [args.trace, args.config, args.timing_table, Path(args.model) if args.model else None],
+        [
+            args.trace,
+            args.config,
+            args.timing_table,
+            args.mixed_decode_profile,
+            Path(args.model) if args.model else None,
+        ],
     )
     if args.html is not None:
         try:
@@ -306,12 +336,16 @@ def run(args: argparse.Namespace) -> int:
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))
+    if report.config["report"]["explain"]:
+        console.print(render_breakdown(report))
     if real:
         console.print(measured.render_comparison(compare_measured(report, real[0])))
+    # Written a column slice at a time: the JSON of millions of requests is never held whole.
     if args.json == "-":
-        sys.stdout.write(report.to_json() + "\n")
+        report.write_json(sys.stdout)
     elif json_file is not None:
-        write_atomic(json_file, report.to_json() + "\n")
+        with atomic_open(json_file) as fh:
+            report.write_json(fh)
     if args.html is not None:
         report.to_html(args.html)
         console.print(f"wrote {args.html}")

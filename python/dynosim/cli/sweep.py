@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import cannot_write, make_dirs, write_atomic
+from dynosim._files import cannot_write, make_dirs, open_fresh, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
     add_workload_arguments,
@@ -60,6 +60,12 @@ def add_parser(sub: Any) -> None:
         "'zip:' with paths -> lists paired element-wise",
     )
     add_search_arguments(p)
+    p.add_argument(
+        "--force-jobs",
+        action="store_true",
+        help="run --jobs replays at once even past the CPUs, the candidates or the memory "
+        "they are estimated to need",
+    )
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
 
 
@@ -81,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 # looking like its results if it is cut short.
                 for name in COMPLETE:
                     (out / name).unlink(missing_ok=True)
-                handle.append(open(partial, "w", encoding="utf-8"))
+                handle.append(open_fresh(partial))
             handle[0].write(json.dumps(row, sort_keys=True, default=str) + "\n")
             handle[0].flush()
         except OSError as e:
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             sla=sla,
             executor=args.executor,
             jobs=args.jobs,
+            force_jobs=args.force_jobs,
             address=args.address,
             progress=not args.no_progress,
             on_row=keep,
@@ -104,12 +111,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for fh in handle:
             fh.close()
-    write_atomic(out / "results.jsonl", result.jsonl_text())
-    result.to_csv(out / "results.csv")
+    # Files of the output directory are created fresh: a link planted there is replaced.
+    write_atomic(out / "results.jsonl", result.jsonl_text(), fresh=True)
+    write_atomic(out / "results.csv", result.csv_text(), fresh=True)
     front = result.pareto()
-    front.to_csv(out / "pareto.csv")
+    write_atomic(out / "pareto.csv", front.csv_text(), fresh=True)
     if plot:
-        pareto_page(result, result.best(), f"dynosim sweep of {source}", out / "pareto.html")
+        page = pareto_page(result, result.best(), f"dynosim sweep of {source}")
+        write_atomic(out / "pareto.html", page, fresh=True)
     partial.unlink(missing_ok=True)
     console = wide_console()
     met = len(result.feasible())

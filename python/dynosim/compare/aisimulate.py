@@ -34,6 +34,7 @@ from dynosim.compare.aisimulate_build import aisimulate_binary, run_program
 from dynosim.compare.peer import (
     PeerRun,
     line_rate_transfer,
+    mocker_scheduling,
     mooncake_trace,
     polynomial_timing,
     round_robin,
@@ -70,8 +71,17 @@ _FLAVOUR_FLAGS = {
     ),
 }
 #: Engine settings checked rather than passed: the flavour (passed as --backend), the
-#: data-parallel ranks, and TensorRT-LLM's capacity scheduler.
-_ENGINE_CHECKED = ("backend", "data_parallel_size", "capacity_scheduler")
+#: data-parallel ranks, TensorRT-LLM's capacity scheduler, vLLM's scheduling the peer does not
+#: model (``mocker_scheduling``), and CUDA graphs (they pad operator-table prices only; the
+#: comparison times passes with the polynomial model).
+_ENGINE_CHECKED = (
+    "backend",
+    "data_parallel_size",
+    "capacity_scheduler",
+    "async_scheduling",
+    "scheduler_reserve_full_isl",
+    "enforce_eager",
+)
 
 
 def _text(value: Any) -> str:
@@ -83,6 +93,7 @@ def _text(value: Any) -> str:
 def _engine_flags(role: RoleView, prefix: str) -> list[str]:
     """One role's engine and timing as the binary's flags, each as ``--{prefix}flag``."""
     timing = polynomial_timing(role, PEER)
+    mocker_scheduling(role, PEER)
     e = role.engine
     if e.data_parallel_size != 1:
         raise ConfigError(

@@ -19,6 +19,7 @@ from dynosim._dependencies import dynamo
 from dynosim.compare.peer import (
     PeerRun,
     line_rate_transfer,
+    mocker_scheduling,
     mooncake_trace,
     polynomial_timing,
     round_robin,
@@ -115,6 +116,7 @@ def _flavour_args(role: RoleView) -> dict[str, Any]:
 def _engine_args(role: RoleView) -> dict[str, Any]:
     """One role's Dynamo engine launch config: ``{"engine": {...}}`` plus the rank layout."""
     timing = polynomial_timing(role, PEER)
+    mocker_scheduling(role, PEER)
     e = role.engine
     args: dict[str, Any] = {
         "engine": {

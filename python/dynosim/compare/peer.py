@@ -66,6 +66,28 @@ def polynomial_timing(role: RoleView, peer: str) -> PolynomialTiming:
     return timing
 
 
+#: vLLM settings the peers' vLLM engines do not model, with what a comparison needs them at.
+_MOCKER_VLLM = {
+    "async_scheduling": (False, "forms each pass when the one before ends"),
+    "scheduler_reserve_full_isl": (False, "admits a request once its first chunk fits"),
+}
+
+
+def mocker_scheduling(role: RoleView, peer: str) -> None:
+    """Refuse a vLLM engine setting a peer's vLLM engine does not model: its async scheduling
+    and vLLM 0.19's whole-prompt admission gate (``offline_replay_bench --compare`` turns both
+    off)."""
+    e = role.engine
+    if e.backend != "vllm":
+        return
+    for name, (value, what) in _MOCKER_VLLM.items():
+        if e.setting(name) != value:
+            raise ConfigError(
+                f"{role.engine_path}.{name}: {peer}'s vLLM engine {what}; compare with "
+                f"{name} {value}, got {e.setting(name)}"
+            )
+
+
 @dataclass(frozen=True)
 class LineRateTransfer:
     """A KV transfer as the peers time it: the tokens it moves (``sizing``) x

@@ -15,6 +15,7 @@ from dynosim.config.models import (
     FixedTiming,
     KvShape,
     KvTransferConfig,
+    MixedDecodeAttention,
     OffloadConfig,
     OpTables,
     PolynomialTiming,
@@ -26,7 +27,11 @@ from dynosim.config.models import (
     TimingConfig,
 )
 from dynosim.config.resolved import Resolved, RoleView, TransferView, resolve
-from dynosim.config.timing_table import load_timing_table, save_timing_table
+from dynosim.config.timing_table import (
+    load_mixed_decode_profile,
+    load_timing_table,
+    save_timing_table,
+)
 
 __all__ = [
     "DEFAULT_NUM_GPU_BLOCKS",
@@ -41,6 +46,7 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "MixedDecodeAttention",
     "OffloadConfig",
     "OpTables",
     "PolynomialTiming",
@@ -55,6 +61,7 @@ __all__ = [
     "TransferView",
     "config_json_schema",
     "load_config",
+    "load_mixed_decode_profile",
     "load_settings_file",
     "load_timing_table",
     "resolve",

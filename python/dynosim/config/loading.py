@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel
 
+from dynosim._documents import DocumentError, yaml_document
 from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim.config.models import SimConfig
 from dynosim.errors import ConfigError
@@ -40,9 +40,9 @@ def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+        data = yaml_document(text) if text.strip() else {}
+    except DocumentError as e:
+        raise ConfigError(f"{path}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
     try:

@@ -118,7 +118,9 @@ class EngineConfig(_Settings):
         "(vLLM's gpu_memory_utilization; SGLang's mem_fraction_static, TensorRT-LLM's "
         "free_gpu_memory_fraction as AIC reads them); unset num_gpu_blocks are sized from it.",
     )
-    max_num_seqs: int = _default("engine", "max_num_seqs", "Most requests running at once.")
+    max_num_seqs: int = _default(
+        "engine", "max_num_seqs", "Most requests running at once on one rank."
+    )
     tensor_parallel_size: int = _default(
         "engine",
         "tensor_parallel_size",
@@ -140,6 +142,20 @@ class EngineConfig(_Settings):
         "preemption_mode",
         "vLLM: which running request a KV shortage preempts, among those "
         "admitted after the one needing the block: the newest (lifo) or the oldest (fifo).",
+    )
+    async_scheduling: bool | None = _flavour(
+        "async_scheduling",
+        "vLLM: form each pass while the one before runs (vLLM's default): a request reaching "
+        "a busy rank waits for the pass already formed.",
+    )
+    scheduler_reserve_full_isl: bool | None = _flavour(
+        "scheduler_reserve_full_isl",
+        "vLLM 0.19: admit a waiting request only if blocks for its whole prompt are free.",
+    )
+    enforce_eager: bool | None = _flavour(
+        "enforce_eager",
+        "vLLM: no CUDA graphs; with them (the default) an operator-table price pads a pass "
+        "to its captured size.",
     )
     max_num_tokens: int | None = _flavour(
         "max_num_tokens",
@@ -270,6 +286,23 @@ OP_TABLE_ARRAYS = (
 )
 
 
+class MixedDecodeAttention(_Settings):
+    """The attention of the decode rows of a pass that also prefills (ms), over the decode
+    rows, their mean context and the pass's prefill tokens; numpy arrays are accepted."""
+
+    batch: list[float] = Field(description="Axis: decode rows in the pass.")
+    context: list[float] = Field(description="Axis: their mean context (this token included).")
+    prefill_tokens: list[float] = Field(description="Axis: prefill tokens in the pass.")
+    ms: list[list[list[float]]] = Field(
+        description="Their attention (ms), [batch][context][prefill_tokens]."
+    )
+
+    @field_validator("batch", "context", "prefill_tokens", "ms", mode="before")
+    @classmethod
+    def _arrays_to_lists(cls, value: Any) -> Any:
+        return _as_lists(value)
+
+
 class OpTables(_Settings):
     """Step times assembled from operator groups, as AIConfigurator prices a pass that mixes
     prefill chunks and decodes (what an ``aic`` section becomes): every operator but attention
@@ -283,6 +316,12 @@ class OpTables(_Settings):
     )
     non_attention_ms: list[float] = Field(
         description="Every operator but attention over that many tokens (ms)."
+    )
+    non_attention_parts: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="non_attention_ms split by family of operations (gemm, moe, "
+        "communication, elementwise), each over the tokens axis (ms), summing to it: what "
+        "Report.breakdown shows; empty: one non_attention part.",
     )
     chunk_batch: list[float] = Field(description="Axis: prefill chunks in the pass.")
     chunk_tokens: list[float] = Field(description="Axis: mean new tokens per chunk.")
@@ -299,11 +338,27 @@ class OpTables(_Settings):
     decode_attention_ms: list[list[float]] = Field(
         description="Decode attention (ms), [batch][context]."
     )
+    mixed_decode_factor: float = Field(
+        1.0,
+        description="Decode rows in a pass that also prefills cost this many times their "
+        "attention in a pass of decodes only (1: priced as decodes).",
+    )
+    mixed_decode_attention: MixedDecodeAttention | None = Field(
+        None,
+        description="Measured instead of the factor: the decode rows' attention in a mixed pass.",
+    )
 
     @field_validator(*OP_TABLE_ARRAYS, mode="before")
     @classmethod
     def _arrays_to_lists(cls, value: Any) -> Any:
         return _as_lists(value)
+
+    @field_validator("non_attention_parts", mode="before")
+    @classmethod
+    def _part_arrays_to_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _as_lists(v) for k, v in value.items()}
+        return value
 
 
 class AicTiming(_Settings):
@@ -338,6 +393,12 @@ class AicTiming(_Settings):
         _AIC_DEFAULTS["ep"],
         description="Expert-parallel GPUs (mixture-of-experts models only): the tp x dp GPUs "
         "of a worker split the experts ep ways.",
+    )
+    mixed_decode_profile: str | None = Field(
+        _AIC_DEFAULTS["mixed_decode_profile"],
+        description="An .npz profile of the attention of decode rows in passes that also "
+        "prefill, measured on the system's GPU (batch x context x prefill tokens x heads, one "
+        "layer, ms): prices them instead of the backend's rule.",
     )
 
 
@@ -431,6 +492,13 @@ class ReportConfig(_Settings):
 
     sample_interval_ms: float = _default(
         "report", "sample_interval_ms", "Time-series interval (ms)."
+    )
+    explain: bool = _default(
+        "report",
+        "explain",
+        "Keep where the time went (Report.breakdown): each rank's passes by kind with the "
+        "parts of their priced time, each request's time to first token by stage; about 4 "
+        "bytes per pass.",
     )
 
 
@@ -530,6 +598,7 @@ __all__ = [
     "FixedTiming",
     "KvShape",
     "KvTransferConfig",
+    "MixedDecodeAttention",
     "OffloadConfig",
     "OpTables",
     "PolynomialTiming",

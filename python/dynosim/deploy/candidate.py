@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dynosim._validation import StrictModel
+from dynosim._validation import StrictModel, shown
 from dynosim.config import (
     LIMITS,
     AicTiming,
@@ -49,16 +49,18 @@ def block_size_problem(value: int) -> str | None:
     of two: vLLM, SGLang and TensorRT-LLM page their caches in power-of-two blocks), or None."""
     limit = LIMITS["max_block_size"]
     if not 1 <= value <= limit:
-        return f"expected 1 to {limit:,} tokens, got {value}"
+        return f"expected 1 to {limit:,} tokens, got {shown(value)}"
     if value & (value - 1):
-        return f"expected a power of two (engines page KV in power-of-two blocks), got {value}"
+        return (
+            f"expected a power of two (engines page KV in power-of-two blocks), got {shown(value)}"
+        )
     return None
 
 
 def context_length_problem(value: int) -> str | None:
     """Why ``value`` cannot be a deployment's context length, or None."""
     if not 1 <= value <= MAX_CONTEXT_LENGTH:
-        return f"expected 1 to {MAX_CONTEXT_LENGTH:,} tokens, got {value}"
+        return f"expected 1 to {MAX_CONTEXT_LENGTH:,} tokens, got {shown(value)}"
     return None
 
 
@@ -399,7 +401,8 @@ class RenderOptions(StrictModel):
         if value is not None and not (len(value) <= limit and _RFC1123_LABEL.fullmatch(value)):
             raise ConfigError(
                 f"options.{info.field_name}: expected at most {limit} lowercase letters, digits "
-                f"and '-', starting and ending with a letter or digit (RFC 1123), got {value!r}"
+                f"and '-', starting and ending with a letter or digit (RFC 1123), "
+                f"got {shown(value)}"
             )
         return value
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dynosim._validation import shown
+from dynosim.deploy.candidate import context_length_problem
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload import SyntheticWorkload, TraceWorkload
 
@@ -53,7 +55,7 @@ def _as_workload(workload: Any) -> TraceWorkload | SyntheticWorkload:
             return TraceWorkload(**data)
         if kind == "synthetic":
             return SyntheticWorkload(**data)
-        raise WorkloadError(f"workload.kind: expected 'trace' or 'synthetic', got {kind!r}")
+        raise WorkloadError(f"workload.kind: expected 'trace' or 'synthetic', got {shown(kind)}")
     raise WorkloadError(
         "workload: expected a TraceWorkload, a SyntheticWorkload or a mapping with a kind, "
         f"got {type(workload).__name__}"
@@ -127,6 +129,12 @@ def lower_workload(
         isl, osl, requests = _mean_half_up(prompts), _mean_half_up(outputs), len(cols)
         longest_prompt = int(prompts.max())
     longest = int(totals.max())
+    problem = context_length_problem(longest) if context_length is None else None
+    if problem is not None:  # the engine's token limit would be one no deployment has
+        raise ConfigError(
+            f"workload: the longest request, prompt plus output, is the deployment's context "
+            f"length: {problem}"
+        )
     concurrency = None if cols is None or sla_ms is None else _sla_concurrency(cols, *sla_ms)
     if context_length is not None and context_length < longest:
         over = requests if fixed else int((totals > context_length).sum())

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from dynosim._documents import DocumentError, yaml_document, yaml_documents
 from dynosim._files import MAX_LINE_BYTES, read_input
-from dynosim._validation import problems, shown, under
+from dynosim._validation import listing, problems, short_key, shown, under
 from dynosim.config import LIMITS
 from dynosim.deploy.candidate import (
     Candidate,
@@ -203,14 +203,10 @@ def _read(source: str | os.PathLike[str]) -> str:
 
 
 def _documents(text: str) -> tuple[list[tuple[int, Any]], list[Problem]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when PyYAML has it
     try:
-        docs = list(yaml.load_all(text, Loader=loader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
-        what = getattr(exc, "problem", None) or str(exc)
-        return [], [Problem(where, f"not valid YAML: {what}")]
+        docs = yaml_documents(text)
+    except DocumentError as exc:
+        return [], [Problem(exc.where or "document", exc.problem)]
     return [(i, doc) for i, doc in enumerate(docs, start=1) if doc is not None], []
 
 
@@ -302,8 +298,8 @@ class _EngineArgs:
             return file, None, given.path
         text, where = self.files[file]
         try:
-            config = yaml.safe_load(text)
-        except yaml.YAMLError:
+            config = yaml_document(text)
+        except DocumentError:
             config = None
         return file, config if isinstance(config, dict) else None, where
 
@@ -428,7 +424,8 @@ class _Checker:
         self.config_maps: dict[str, ConfigMap] = {}
 
     def add(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        # A path names the document's keys (service names): each shown, not copied whole.
+        self.problems.append(Problem(".".join(map(short_key, path.split("."))), message))
 
     def _add_problems(self, exc: ValidationError, prefix: str) -> None:
         for path, message in problems(exc):
@@ -455,7 +452,7 @@ class _Checker:
                     if isinstance(d, dict) and isinstance(d.get("kind"), str)
                 }
             )
-            self.add("kind", f"no {_DGD_KIND} document (found: {', '.join(kinds) or 'none'})")
+            self.add("kind", f"no {_DGD_KIND} document (found: {listing(kinds) or 'none'})")
             return self.problems
         for index, _ in dgds[1:]:
             self.add(
@@ -480,7 +477,7 @@ class _Checker:
             self._add_problems(exc, "")
         # Check every part that is well-formed, even when another part is not.
         if isinstance(doc.get("apiVersion"), str) and doc["apiVersion"] != DGD_API_VERSION:
-            self.add("apiVersion", f"expected {DGD_API_VERSION}, got {doc['apiVersion']}")
+            self.add("apiVersion", f"expected {DGD_API_VERSION}, got {shown(doc['apiVersion'])}")
         meta = _try(ObjectMeta, doc.get("metadata"))
         if meta is not None:
             self._names(meta)
@@ -501,7 +498,7 @@ class _Checker:
             self.add(
                 "spec.services",
                 "expected exactly one service with componentType frontend, got "
-                + (", ".join(frontends) if frontends else "none"),
+                + (listing(frontends) if frontends else "none"),
             )
         workers = [
             self._worker(name, svc)
@@ -523,7 +520,8 @@ class _Checker:
                 self.add(
                     f"metadata.{field}",
                     "expected an RFC 1123 label (at most 63 characters: lowercase letters, "
-                    f"digits and '-', starting and ending with a letter or digit), got {value!r}",
+                    "digits and '-', starting and ending with a letter or digit), "
+                    f"got {shown(value)}",
                 )
 
     def _worker(self, name: str, svc: DGDService) -> _Worker:
@@ -545,28 +543,28 @@ class _Checker:
             self.add(
                 "spec.services",
                 "aggregated workers (no subComponentType) mixed with prefill/decode workers: "
-                + ", ".join(w.name for w in workers),
+                + listing(w.name for w in workers),
             )
         for have, need in (("prefill", "decode"), ("decode", "prefill")):
             if have in roles and need not in roles:
                 self.add(
                     "spec.services",
                     f"a {have} worker needs a {need} worker (subComponentType: {need}); "
-                    f"got workers {', '.join(w.name for w in workers)}",
+                    f"got workers {listing(w.name for w in workers)}",
                 )
         backends = sorted({w.backend for w in workers if w.backend})
         if len(backends) > 1:
             self.add(
                 "spec.services",
                 f"workers of different backends ({', '.join(backends)}): "
-                + ", ".join(w.name for w in workers),
+                + listing(w.name for w in workers),
             )
 
     def _worker_checks(self, w: _Worker) -> None:
         svc = w.service
         role = svc.subComponentType
         if role is not None and role not in _ROLE_SUFFIX:
-            self.add(f"{w.path}.subComponentType", f"expected prefill or decode, got {role!r}")
+            self.add(f"{w.path}.subComponentType", f"expected prefill or decode, got {shown(role)}")
         elif w.backend is None or _NAME_TO_WORKER[w.name][1] != role:
             names = " / ".join(p + _ROLE_SUFFIX[role] for p in _BACKEND_PREFIX.values())
             kind = f"subComponentType {role}" if role else "no subComponentType"
@@ -588,7 +586,7 @@ class _Checker:
         if gpu is None:
             self.add(gpu_path, "required for a worker, but not given")
         elif not (gpu.isascii() and gpu.isdigit() and int(gpu) > 0):
-            self.add(gpu_path, f"expected a positive whole number of GPUs, got {gpu!r}")
+            self.add(gpu_path, f"expected a positive whole number of GPUs, got {shown(gpu)}")
         elif w.backend is not None:
             self._gpu_matches_engine(w, int(gpu), gpu_path)
         if w.backend == "trtllm" and w.engine is not None:
@@ -597,7 +595,7 @@ class _Checker:
     def _replicas(self, path: str, replicas: int) -> None:
         """Replicas of a service: at least one, at most the workers a replay can hold."""
         if not 1 <= replicas <= LIMITS["max_workers"]:
-            self.add(path, f"expected 1 to {LIMITS['max_workers']:,}, got {replicas}")
+            self.add(path, f"expected 1 to {LIMITS['max_workers']:,}, got {shown(replicas)}")
 
     def _engine_ranges(self, w: _Worker) -> None:
         """A block size and a context length a deployment can have (the candidate's rules)."""
@@ -670,7 +668,7 @@ class _Checker:
             self.add(
                 "spec.services",
                 f"expected worker services {', '.join(expected)} for a {cand.mode} "
-                f"{cand.backend} candidate, got {', '.join(actual) or 'none'}",
+                f"{cand.backend} candidate, got {listing(actual) or 'none'}",
             )
         by_name = {w.name: w for w in workers}
         for name, role in expected.items():
@@ -682,7 +680,7 @@ class _Checker:
         if svc.replicas is not None and svc.replicas != spec.replicas:
             self.add(
                 f"{w.path}.replicas",
-                f"expected {spec.replicas} (candidate {role}.replicas), got {svc.replicas}",
+                f"expected {spec.replicas} (candidate {role}.replicas), got {shown(svc.replicas)}",
             )
         gpu = svc.resources.limits.gpu if svc.resources and svc.resources.limits else None
         if gpu is not None and gpu != str(spec.gpus_per_worker):
@@ -833,7 +831,8 @@ class _Checker:
             )
         elif want is not None and got != want:
             self.add(
-                setting.path, f"{setting.name}: expected {want} (candidate {field}), got {got}"
+                setting.path,
+                f"{setting.name}: expected {want} (candidate {field}), got {shown(got)}",
             )
 
     def _prefix_caching(self, w: _Worker) -> None:

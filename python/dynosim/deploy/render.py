@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynosim._files import make_dirs, write_atomic
+from dynosim._files import atomic_open, make_dirs
 from dynosim.aic.database import is_moe, system_spec
 from dynosim.aic.generator import dynamo_release, generate
 from dynosim.aic.target import expert_split_problem
@@ -63,17 +63,20 @@ class RenderedManifest:
         """Write every artifact, byte for byte, into ``directory`` (created if needed).
 
         Files keep AIC's artifact names (the manifest is ``k8s_deploy.yaml``); shell scripts are
-        made executable. Returns the paths written, sorted by name.
+        made executable. Each file is created fresh: a link planted under its name is replaced,
+        never written through. Returns the paths written, sorted by name.
         """
         out = make_dirs(directory)
         written = []
         for name in sorted(self.artifacts):
             if not name or name in (".", "..") or "/" in name or os.sep in name:
                 raise ManifestError(f"AIC returned an artifact named {name!r}, not a file name")
-            path = write_atomic(out / name, self.artifacts[name])
-            if name.endswith(".sh"):
-                path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-            written.append(path)
+            with atomic_open(out / name, fresh=True) as fh:
+                fh.write(self.artifacts[name])
+                if name.endswith(".sh"):  # set on the new file itself, before it has the name
+                    mode = os.fstat(fh.fileno()).st_mode
+                    os.fchmod(fh.fileno(), mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            written.append(out / name)
         return written
 
 

@@ -79,11 +79,22 @@ def _budget_field(backend: str) -> str:
     return "chunk_size" if backend == "sglang" else "max_num_tokens"
 
 
-def _positive(name: str, values: Sequence[Any]) -> None:
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+def listed(name: str, values: Sequence[Any], *, positive: bool = True) -> None:
+    """Check a list a plan searches: positive integers (unless ``positive`` is False), at
+    least one, each given once (twice would search it twice, which adds nothing).
+
+    Raises:
+        ConfigError: naming the list and the value.
+    """
+    if positive and (
+        not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values)
+    ):
         raise ConfigError(
             f"{name}: expected a non-empty list of positive integers, got {list(values)!r}"
         )
+    twice = [v for k, v in enumerate(values) if v in list(values)[:k]]
+    if twice:
+        raise ConfigError(f"{name}: {twice[0]} is given twice; give each value once")
 
 
 @dataclass
@@ -131,8 +142,8 @@ def engine_ladder(
         budgets = sorted({max(1, b0 // 2), b0, 2 * b0, 4 * b0})
     if max_num_seqs is None:
         max_num_seqs = sorted({max(1, s0 // 4), max(1, s0 // 2), s0})
-    _positive("token budgets", budgets)
-    _positive("max_num_seqs", max_num_seqs)
+    listed("token budgets", budgets)
+    listed("max_num_seqs", max_num_seqs)
     if backend == "sglang":
         if chunked is not None and list(chunked) != [True]:
             raise ConfigError(
@@ -147,14 +158,15 @@ def engine_ladder(
                 raise ConfigError(
                     f"chunked_prefill: expected a non-empty list of booleans, got {chunked!r}"
                 )
+            listed("chunked_prefill", chunked, positive=False)
             switches = sorted(set(chunked), reverse=True)
         for switch in switches:
             if problem := engine_settings_problem(backend, switch):
                 raise ConfigError(f"chunked_prefill: {problem}")
-    full = len(switches) * len(set(budgets)) * len(set(max_num_seqs))
+    full = len(switches) * len(budgets) * len(max_num_seqs)
     pruned: list[str] = []
-    rungs = {s: sorted(set(budgets)) for s in switches}
-    caps = sorted(set(max_num_seqs))
+    rungs = {s: sorted(budgets) for s in switches}
+    caps = sorted(max_num_seqs)
     if prune:
         whole = lowered.longest_prompt_blocks(int(engine.setting("block_size")))
         if False in rungs and whole <= LIMITS["max_batched_tokens"]:
@@ -379,5 +391,6 @@ __all__ = [
     "base_engine",
     "engine_ladder",
     "layout_search",
+    "listed",
     "moves",
 ]

@@ -3,7 +3,8 @@ every thread shares one prepared copy of the workload), a process pool, Ray task
 ``concurrent.futures.Executor``. Each replay returns its summary and wall time, or why it
 failed; results come back as they finish.
 
-Ctrl-C stops a sweep within milliseconds: the replays of a thread pool share one
+Ctrl-C (and SIGTERM, which the command line handles as Ctrl-C) stops a sweep within
+milliseconds: the replays of a thread pool share one
 ``_core.Control`` that the runner interrupts when the sweep is interrupted; the workers of a
 process pool it owns are terminated (each ignores SIGINT, so the Ctrl-C a terminal sends to the
 whole process group prints no traceback from an idle worker). Replays not started are
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynosim import _core, _dependencies
+from dynosim._validation import shown
 from dynosim.errors import ConfigError, DynosimError
+from dynosim.plan.resources import PROCESS_BYTES, check_memory, parallel_jobs
 from dynosim.workload import TraceColumns
 from dynosim.workload.prepared import PreparedWorkload
 
@@ -54,9 +57,11 @@ _SHIPPED: dict[str, PreparedWorkload] = {}
 
 def _start_worker(token: str, columns: TraceColumns) -> None:
     """A process pool worker's start: SIGINT ignored (the Ctrl-C a terminal sends the whole
-    process group is the sweep's to handle: it terminates its workers), and the workload
-    installed."""
+    process group is the sweep's to handle: it terminates its workers), SIGTERM back to its
+    default (a forked worker inherits the command's handler, but the sweep ends it with
+    SIGTERM), and the workload installed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _install(token, columns)
 
 
@@ -98,6 +103,11 @@ class Runner:
     prints it), or a ``concurrent.futures.Executor`` (its own workers;
     ``jobs`` must be None). Close it (or use it as a context manager) to stop a pool it owns
     and the replays still running in its threads (after Ctrl-C, say).
+
+    Threads and processes run at most as many replays at once as there are CPUs and
+    ``tasks`` (when given), and are refused before they start when that many replays of
+    ``replay_bytes`` each would not fit in memory; ``force`` lifts both (see
+    :mod:`dynosim.plan.resources`).
     """
 
     def __init__(
@@ -106,13 +116,17 @@ class Runner:
         executor: Any = None,
         jobs: int | None = None,
         *,
+        tasks: int | None = None,
+        force: bool = False,
+        replay_bytes: int = 0,
         address: str | None = None,
     ):
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-            raise ConfigError(f"jobs: expected a positive integer, got {jobs!r}")
+            raise ConfigError(f"jobs: expected a positive integer, got {shown(jobs)}")
         if address is not None and executor != "ray":
             raise ConfigError(
-                f"address: the Ray cluster to run on, for executor 'ray'; got executor {executor!r}"
+                f"address: the Ray cluster to run on, for executor 'ray'; got executor "
+                f"{shown(executor)}"
             )
         self.columns = columns
         self.token = uuid.uuid4().hex
@@ -135,9 +149,18 @@ class Runner:
         if name not in NAMED:
             raise ConfigError(
                 f"executor: expected one of {', '.join(NAMED)} or a concurrent.futures.Executor, "
-                f"got {executor!r}"
+                f"got {shown(executor)}"
             )
-        self.jobs = jobs or os.cpu_count() or 1
+        if name != "ray":  # a Ray cluster's CPUs and memory are its own
+            self.jobs = parallel_jobs(jobs, tasks, force=force)
+            if not force:
+                # Threads share one prepared copy of the workload; each process holds the
+                # columns it was sent and its prepared copy, besides the interpreter.
+                workload = columns.nbytes
+                if name == "threads":
+                    check_memory(self.jobs, replay_bytes, workload, 0)
+                else:
+                    check_memory(self.jobs, replay_bytes, 0, PROCESS_BYTES + 2 * workload)
         if name == "threads":
             self._owned = cf.ThreadPoolExecutor(self.jobs, thread_name_prefix="dynosim-sweep")
             self._use(self._owned)
@@ -150,21 +173,25 @@ class Runner:
             )
         else:
             ray = _dependencies.ray("executor='ray'")
-            if not ray.is_initialized() and address is not None:
+            if not ray.is_initialized():
+                # A running cluster's (address), else one started here.
+                options = (
+                    {"num_cpus": jobs, "include_dashboard": False}
+                    if address is None
+                    else {"address": address}
+                )
                 try:
-                    ray.init(address=address, log_to_driver=False)
-                except (ConnectionError, RuntimeError, ValueError) as e:
-                    raise ConfigError(
-                        f"address: no Ray cluster reachable at {address!r} ({e}); start one "
-                        "with: ray start --head"
+                    ray.init(log_to_driver=False, **options)
+                except Exception as e:  # Ray's many ways of failing to start, in its words
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    where = "did not start" if address is None else f"found no cluster at {address}"
+                    raise DynosimError(
+                        f"executor 'ray': Ray {where} ({type(e).__name__}: {first[:300]})"
                     ) from None
-            elif not ray.is_initialized():
-                ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
             self._ray = ray
             self._ray_columns = ray.put(columns)
             self._ray_task = ray.remote(_replay_shipped).options(num_cpus=1)
-            if jobs is None:
-                self.jobs = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            self.jobs = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def _use(self, executor: cf.Executor) -> None:
         if isinstance(executor, cf.ThreadPoolExecutor):

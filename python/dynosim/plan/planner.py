@@ -59,6 +59,7 @@ from dynosim.plan.engines import (
     base_engine,
     engine_ladder,
     layout_search,
+    listed,
 )
 from dynosim.plan.executors import Runner
 from dynosim.plan.result import SweepResult, metrics_row
@@ -348,20 +349,15 @@ def _layouts(
         if mode not in ("aggregated", "disaggregated"):
             raise ConfigError(f"modes: expected aggregated and/or disaggregated, got {mode!r}")
     for name, values in (
+        ("modes", modes),
         ("tp", tp),
         ("prefill_tp", prefill_tp),
         ("decode_tp", decode_tp),
         ("dp", dp),
         ("ep", ep),
     ):
-        if values is None:
-            continue
-        if not values or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
-        ):
-            raise ConfigError(
-                f"{name}: expected a non-empty list of positive integers, got {list(values)!r}"
-            )
+        if values is not None:
+            listed(name, values, positive=name != "modes")
     for d in dp:
         for e in ep:
             if "aggregated" in modes:

@@ -16,6 +16,7 @@ import numpy as np
 
 from dynosim._dependencies import pandas
 from dynosim._files import write_atomic
+from dynosim._validation import shown
 from dynosim.plan.sla import Sla
 
 #: Latency metrics of a row, each with these statistics: ``ttft_p90_ms`` and so on (ms).
@@ -170,7 +171,7 @@ class SweepResult:
         one. ``feasible``: only rows meeting the SLA compete; failed rows never do."""
         for col in (x, y):
             if col not in self.columns:
-                raise KeyError(f"unknown column {col!r}; columns: {', '.join(self.columns)}")
+                raise KeyError(f"unknown column {shown(col)}; columns: {', '.join(self.columns)}")
         sx, sy = (1.0 if m else -1.0 for m in maximize)
         pts = [
             r
@@ -198,7 +199,7 @@ class SweepResult:
         the larger SLA margin (smaller ``sla_ratio``), then the lower index. None when no row
         meets the SLA."""
         if by not in self.columns:
-            raise KeyError(f"unknown column {by!r}; columns: {', '.join(self.columns)}")
+            raise KeyError(f"unknown column {shown(by)}; columns: {', '.join(self.columns)}")
         sign = 1.0 if minimize else -1.0
         rows = self.feasible().rows
         if not rows:

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
+from dynosim._documents import DocumentError, yaml_document
 from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.config import SimConfig
@@ -53,14 +53,14 @@ def check_path(path: str) -> None:
         where = ".".join(parts[:i])
         if not models:
             raise ConfigError(
-                f"space: unknown path {path!r}: {where} is a value, not a section with keys"
+                f"space: unknown path {shown(path)}: {where} is a value, not a section with keys"
             )
         fields = {name: f for m in models for name, f in m.model_fields.items()}
         if part not in fields:
             allowed = ", ".join(sorted(fields))
-            section = f"section {where!r}" if where else "the configuration"
+            section = f"section {shown(where)}" if where else "the configuration"
             raise ConfigError(
-                f"space: unknown path {path!r}: {section} has no key {part!r}; "
+                f"space: unknown path {shown(path)}: {section} has no key {shown(part)}; "
                 f"allowed keys: {allowed}"
             )
         models = _models(fields[part].annotation)
@@ -105,6 +105,107 @@ def _check_size(n: int, how: str) -> None:
         )
 
 
+class _Part:
+    """Candidates without listing them: how many, the ``i``-th, all in order, and the paths
+    they set. A grid of a million combinations holds its lists, not a million mappings."""
+
+    paths: tuple[str, ...]
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def item(self, i: int) -> dict[str, Any]:
+        """Candidate ``i`` (0 <= i < len)."""
+        raise NotImplementedError
+
+    def items(self) -> Iterator[dict[str, Any]]:
+        """Every candidate, in order."""
+        return (self.item(i) for i in range(len(self)))
+
+
+class _Grid(_Part):
+    """Every combination of the lists, the first path varying slowest."""
+
+    def __init__(self, paths: Sequence[str], lists: Sequence[list[Any]]) -> None:
+        self.paths, self._lists = tuple(paths), list(lists)
+        self._n = math.prod(len(v) for v in lists)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def item(self, i: int) -> dict[str, Any]:
+        out = {}
+        for path, values in zip(reversed(self.paths), reversed(self._lists), strict=True):
+            i, k = divmod(i, len(values))
+            out[path] = values[k]
+        return dict(reversed(out.items()))
+
+    def items(self) -> Iterator[dict[str, Any]]:
+        return (dict(zip(self.paths, c, strict=True)) for c in itertools.product(*self._lists))
+
+
+class _Zipped(_Part):
+    """Lists of one length paired element-wise."""
+
+    def __init__(self, lists: Mapping[str, list[Any]]) -> None:
+        self.paths, self._lists = tuple(lists), list(lists.values())
+
+    def __len__(self) -> int:
+        return len(self._lists[0]) if self._lists else 0
+
+    def item(self, i: int) -> dict[str, Any]:
+        return {p: v[i] for p, v in zip(self.paths, self._lists, strict=True)}
+
+
+class _Listed(_Part):
+    """Candidates given one by one."""
+
+    def __init__(self, candidates: list[dict[str, Any]]) -> None:
+        self._candidates = candidates
+        self.paths = tuple(dict.fromkeys(p for c in candidates for p in c))
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+    def item(self, i: int) -> dict[str, Any]:
+        return dict(self._candidates[i])
+
+
+class _Product(_Part):
+    """Every candidate of ``a`` combined with every one of ``b`` (``b`` varying fastest)."""
+
+    def __init__(self, a: _Part, b: _Part) -> None:
+        self._a, self._b = a, b
+        self.paths = (*a.paths, *b.paths)
+
+    def __len__(self) -> int:
+        return len(self._a) * len(self._b)
+
+    def item(self, i: int) -> dict[str, Any]:
+        i, k = divmod(i, len(self._b))
+        return {**self._a.item(i), **self._b.item(k)}
+
+    def items(self) -> Iterator[dict[str, Any]]:
+        return ({**a, **b} for a in self._a.items() for b in self._b.items())
+
+
+class _Sum(_Part):
+    """The candidates of ``a``, then those of ``b``."""
+
+    def __init__(self, a: _Part, b: _Part) -> None:
+        self._a, self._b = a, b
+        self.paths = tuple(dict.fromkeys((*a.paths, *b.paths)))
+
+    def __len__(self) -> int:
+        return len(self._a) + len(self._b)
+
+    def item(self, i: int) -> dict[str, Any]:
+        return self._a.item(i) if i < len(self._a) else self._b.item(i - len(self._a))
+
+    def items(self) -> Iterator[dict[str, Any]]:
+        return itertools.chain(self._a.items(), self._b.items())
+
+
 class Space:
     """Candidates, each a mapping of dotted config path -> value.
 
@@ -114,6 +215,9 @@ class Space:
     (2 candidates). ``a * b`` is every candidate of ``a`` combined with every one of ``b``;
     ``a + b`` the candidates of ``a``, then those of ``b``. ``Space.of([{...}, ...])`` lists
     candidates one by one. A path a candidate does not set keeps the base configuration's value.
+
+    Candidates are never listed up front: a space holds its lists and how they combine, and
+    makes each candidate when it is asked for (a grid of a million costs its lists).
     """
 
     def __init__(self, grid: Mapping[str, Sequence[Any]] | None = None) -> None:
@@ -125,9 +229,13 @@ class Space:
             math.prod(len(v) for v in lists),
             " x ".join(f"{len(v):,} {p}" for p, v in zip(grid, lists, strict=True)),
         )
-        self._candidates: list[dict[str, Any]] = [
-            dict(zip(grid, combo, strict=True)) for combo in itertools.product(*lists)
-        ]
+        self._part: _Part = _Grid(list(grid), lists)
+
+    @classmethod
+    def _of_part(cls, part: _Part) -> Space:
+        space = cls()
+        space._part = part
+        return space
 
     @classmethod
     def zip(cls, lists: Mapping[str, Sequence[Any]]) -> Space:
@@ -140,14 +248,12 @@ class Space:
         if len(set(lengths.values())) > 1:
             given = ", ".join(f"{p} has {n}" for p, n in lengths.items())
             raise ConfigError(f"space: zipped lists must have one length; {given}")
-        n = next(iter(lengths.values()), 0)
-        return cls.of([{p: v[i] for p, v in checked.items()} for i in range(n)])
+        return cls._of_part(_Zipped(checked))
 
     @classmethod
     def of(cls, candidates: Sequence[Mapping[str, Any]]) -> Space:
         """The candidates given, one by one, each a mapping of path -> value."""
-        space = cls()
-        space._candidates = []
+        listed = []
         for c in candidates:
             if not isinstance(c, Mapping):
                 raise ConfigError(
@@ -155,8 +261,9 @@ class Space:
                 )
             for path in c:
                 check_path(path)
-            space._candidates.append(dict(c))
-        return space
+            listed.append(dict(c))
+        _check_size(len(listed), f"{len(listed):,} candidates listed")
+        return cls._of_part(_Listed(listed))
 
     @classmethod
     def coerce(cls, value: Space | Mapping[str, Any]) -> Space:
@@ -177,7 +284,9 @@ class Space:
         grid = {k: v for k, v in data.items() if k != ZIP_KEY}
         space = cls(grid)
         groups = data.get(ZIP_KEY, [])
-        for group in [groups] if isinstance(groups, Mapping) else groups:
+        if isinstance(groups, Mapping):
+            groups = [groups]
+        for group in groups if isinstance(groups, list) else [groups]:
             if not isinstance(group, Mapping):
                 raise ConfigError(
                     f"space: {ZIP_KEY}: expected a mapping of path -> list (or a list of "
@@ -192,9 +301,11 @@ class Space:
         path = Path(path)
         text = read_input(path, ConfigError, "space", max_line=MAX_LINE_BYTES)
         try:
-            data = yaml.safe_load(text.decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+            data = yaml_document(text.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+        except DocumentError as e:
+            raise ConfigError(f"{path}: {e}") from None
         if not isinstance(data, Mapping) or not data:
             raise ConfigError(f"{path}: a space must be a mapping of path -> list of values")
         try:
@@ -212,48 +323,53 @@ class Space:
                 "zip the lists instead"
             )
         _check_size(len(self) * len(other), f"{len(self):,} x {len(other):,} candidates")
-        return Space.of([{**a, **b} for a in self._candidates for b in other._candidates])
+        return Space._of_part(_Product(self._part, other._part))
 
     def __add__(self, other: Space) -> Space:
         if not isinstance(other, Space):
             return NotImplemented
-        return Space.of([*self._candidates, *other._candidates])
+        _check_size(len(self) + len(other), f"{len(self):,} + {len(other):,} candidates")
+        return Space._of_part(_Sum(self._part, other._part))
 
     def __len__(self) -> int:
-        return len(self._candidates)
+        return len(self._part)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (dict(c) for c in self._candidates)
+        return self._part.items()
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return dict(self._candidates[i])
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"candidate {i} of a space of {n:,}")
+        return self._part.item(i % n)
 
     @property
     def paths(self) -> tuple[str, ...]:
         """Every path some candidate sets, in order of first appearance."""
-        return tuple(dict.fromkeys(p for c in self._candidates for p in c))
+        return tuple(dict.fromkeys(self._part.paths)) if len(self) else ()
 
-    def configs(self, base: SimConfig) -> list[SimConfig]:
-        """Every candidate applied to ``base`` and validated, in order.
+    def configs(self, base: SimConfig) -> Iterator[SimConfig]:
+        """Every candidate applied to ``base`` and validated, in order, each made when it is
+        asked for (none is kept).
 
         Raises:
-            ConfigError: the space is empty, or a candidate is invalid (the message gives its
-                number and settings, then the path and value that are wrong).
+            ConfigError: the space is empty, or (when it is reached) a candidate is invalid
+                (the message gives its number and settings, then the path and value that are
+                wrong).
         """
-        if not self._candidates:
+        if not len(self):
             raise ConfigError("space: no candidates (an empty space)")
         dump = base.model_dump()
-        out = []
-        for i, settings in enumerate(self._candidates):
+        for i, settings in enumerate(self):
             data = copy.deepcopy(dump)
             for path, value in settings.items():
                 set_path(data, path, value)
             try:
-                out.append(SimConfig.model_validate(data))
+                config = SimConfig.model_validate(data)
             except ConfigError as e:
                 given = ", ".join(f"{p}={shown(v)}" for p, v in settings.items())
                 raise ConfigError(f"space: candidate {i} ({given}): {e}") from None
-        return out
+            yield config
 
     def __repr__(self) -> str:
         return f"Space({len(self)} candidates over {', '.join(self.paths) or 'no paths'})"

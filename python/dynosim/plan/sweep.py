@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynosim import _core
 from dynosim.config import SimConfig, SlaConfig, load_config, resolve
 from dynosim.errors import DynosimError
 from dynosim.plan.executors import Outcome, Runner
@@ -98,7 +99,7 @@ def progress_bar(what: str, total: int | None, enabled: bool) -> Iterator[Progre
 
 def replay_candidates(
     runner: Runner,
-    candidates: Sequence[Trial],
+    candidates: Iterable[Trial],
     sla: Sla,
     tables: TimingTables,
     *,
@@ -152,6 +153,7 @@ def sweep(
     sla: Sla | Mapping[str, Any] | None = None,
     executor: Any = None,
     jobs: int | None = None,
+    force_jobs: bool = False,
     address: str | None = None,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
@@ -170,7 +172,11 @@ def sweep(
             ``base`` sets no goodput thresholds, the SLA's limits become them.
         executor: None or ``"threads"`` (a thread pool), ``"processes"``, ``"ray"`` (needs
             ``pip install 'dynosim[ray]'``), or any ``concurrent.futures.Executor``.
-        jobs: workers of a named executor (default: the CPU count).
+        jobs: workers of a named executor (default, and at most unless ``force_jobs``: the
+            CPUs, or the candidates when fewer; asking for more warns). Threads and processes
+            are also refused, before anything runs, when that many replays of the workload
+            would not fit in the memory available (each estimated by the core for its
+            candidate); ``force_jobs`` runs them anyway.
         address: with ``executor="ray"``, an existing Ray cluster's address (``ray start
             --head`` prints it); None starts Ray locally unless it is running.
         progress: show a progress bar (done / total, ETA) on stderr.
@@ -186,16 +192,32 @@ def sweep(
     space = Space.coerce(space)
     the_sla = Sla.coerce(sla)
     cfg = with_goodput_sla(load_config(base), the_sla)
-    configs = space.configs(cfg)
     columns = workload_columns(workload)
-    candidates = [
+    # Every candidate is checked before any replay (and the memory its replay may take
+    # estimated), then made again as it is replayed: none is kept, so a space of a million
+    # costs its lists, not a million configurations.
+    requests, tokens = len(columns), columns.tokens
+    largest = max(
+        _core.replay_bytes_estimate(c.model_dump_json(), requests, tokens)
+        for c in space.configs(cfg)
+    )
+    candidates = (
         Trial(i, settings, config)
-        for i, (settings, config) in enumerate(zip(space, configs, strict=True))
-    ]
+        for i, (settings, config) in enumerate(zip(space, space.configs(cfg), strict=True))
+    )
     rows: list[dict[str, Any]] = []
+    runner = Runner(
+        columns,
+        executor,
+        jobs,
+        tasks=len(space),
+        force=force_jobs,
+        replay_bytes=largest,
+        address=address,
+    )
     with (
-        Runner(columns, executor, jobs, address=address) as runner,
-        progress_bar("replaying candidates", len(candidates), progress) as bar,
+        runner,
+        progress_bar("replaying candidates", len(space), progress) as bar,
     ):
 
         def seen(row: dict[str, Any]) -> None:

@@ -46,6 +46,12 @@ def _figure(rows: int = 1, cols: int = 1, width: float = 9.0, height: float = 3.
     return fig, fig.subplots(rows, cols, squeeze=False)
 
 
+def _literal(text: str) -> str:
+    """``text`` (a report's label, the user's) drawn as written: matplotlib reads what is
+    between two ``$`` as math notation, and raises on what does not parse (``$\\frac$``)."""
+    return text.replace("$", r"\$")
+
+
 def _latency_points(report: Any, key: str) -> tuple[np.ndarray, np.ndarray]:
     """CDF points of one latency metric: per request, or for ITL every inter-token gap."""
     if key == "itl_ms":
@@ -61,7 +67,7 @@ def latency(reports: Sequence[tuple[str, Any]]) -> Any:
     for ax, (key, title, sla_key) in zip(axes.flat, LATENCIES, strict=True):
         for label, report in reports:
             x, y = _latency_points(report, key)
-            ax.plot(x, y, label=label or None, drawstyle="steps-post", linewidth=1.2)
+            ax.plot(x, y, label=_literal(label) or None, drawstyle="steps-post", linewidth=1.2)
             limit = (report.config.get("sla") or {}).get(sla_key)
             if limit is not None:
                 ax.axvline(
@@ -88,7 +94,7 @@ def rates(reports: Sequence[tuple[str, Any]]) -> Any:
             times = np.asarray(report.requests[key], dtype=float)
             t, per_s, width = rate(times, duration, RATE_POINTS)
             widths.add(width)
-            name = f"{label}: {what}" if label else what
+            name = f"{_literal(label)}: {what}" if label else what
             ax.plot(t, per_s, label=name, linewidth=1, drawstyle="steps-post")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("requests / s" + ("" if widths == {1.0} else " (mean per bucket)"))

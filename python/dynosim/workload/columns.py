@@ -10,6 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from dynosim import _core
+from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 
 
@@ -53,7 +54,7 @@ class TraceColumns:
         bs = self.trace_block_size
         if isinstance(bs, bool) or not isinstance(bs, int) or not 0 < bs < 2**32:
             raise WorkloadError(
-                f"TraceColumns.trace_block_size: expected a positive integer, got {bs!r}"
+                f"TraceColumns.trace_block_size: expected a positive integer, got {shown(bs)}"
             )
         for name, dtype in (
             ("arrival_ms", np.float64),
@@ -115,15 +116,7 @@ class TraceColumns:
         column's name, dtype and bytes (an absent session column hashed as its name alone).
         Computed once: a report names in-memory requests by it."""
         digest = hashlib.sha256(f"trace_block_size={self.trace_block_size}".encode())
-        for name in (
-            "arrival_ms",
-            "input_length",
-            "output_length",
-            "hash_offsets",
-            "hash_ids",
-            "session",
-            "delay_ms",
-        ):
+        for name in _ARRAYS:
             digest.update(name.encode())
             arr = getattr(self, name)
             if arr is not None:
@@ -132,11 +125,33 @@ class TraceColumns:
         return digest.hexdigest()
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the columns' arrays."""
+        return sum(a.nbytes for a in (getattr(self, n) for n in _ARRAYS) if a is not None)
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and output tokens of every request together."""
+        return int(self.input_length.sum(dtype=np.uint64) + self.output_length.sum(dtype=np.uint64))
+
+    @property
     def num_sessions(self) -> int:
         """Number of distinct sessions (0 when the trace has none)."""
         if self.session is None:
             return 0
         return len(np.unique(self.session[self.session >= 0]))
+
+
+#: The array columns, in the order the hash of the requests takes them.
+_ARRAYS = (
+    "arrival_ms",
+    "input_length",
+    "output_length",
+    "hash_offsets",
+    "hash_ids",
+    "session",
+    "delay_ms",
+)
 
 
 def check_size(what: str, requests: float, hash_ids: float = 0) -> None:

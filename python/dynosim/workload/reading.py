@@ -44,16 +44,6 @@ def decode_text(path: Path, data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_text(path: Path) -> str:
-    """The text of a UTF-8 file (see :func:`decode_text`)."""
-    return decode_text(path, read_trace_bytes(path))
-
-
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark dropped, CRLF read as one break)."""
-    return read_text(path).split("\n")
-
-
 def token_count(where: str, key: str, value: Any) -> int:
     """``value`` as a token count of field ``key`` at ``where`` (file:line): 1 .. 2**32 - 1."""
     # type() rather than isinstance(): bool is an int subclass, and 12.0 is not a token count.
@@ -62,10 +52,12 @@ def token_count(where: str, key: str, value: Any) -> int:
             f"{where}: field {key!r}: expected a non-negative integer, got {shown(value, 80)}"
         )
     if value == 0 or value >= MAX_LENGTH:
-        raise WorkloadError(
-            f"{where}: field {key!r}: expected between 1 and 2**32 - 1 tokens, got {value}"
-        )
+        raise WorkloadError(f"{where}: field {key!r}: {TOKENS_EXPECTED}, got {shown(value)}")
     return value
+
+
+#: What a token count must be, as messages say it.
+TOKENS_EXPECTED = "expected between 1 and 2**32 - 1 tokens"
 
 
 def arrival_order(path: Path, times: np.ndarray, line_numbers: Any) -> np.ndarray:
@@ -110,13 +102,12 @@ def naming_lines(path: Path, line_numbers: Any) -> Iterator[None]:
 
 __all__ = [
     "MAX_LENGTH",
+    "TOKENS_EXPECTED",
     "arrival_order",
     "csr_take",
     "decode_text",
     "file_sha256",
     "naming_lines",
-    "read_lines",
-    "read_text",
     "read_trace_bytes",
     "token_count",
 ]

@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod event_queue;
+pub mod explain;
 pub mod kv;
 pub mod links;
 pub mod mooncake;

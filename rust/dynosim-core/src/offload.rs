@@ -93,7 +93,8 @@ pub struct TierCounters {
     pub dropped_blocks: u64,
     pub offload_bytes: f64,
     pub onboard_bytes: f64,
-    /// Requests that found blocks in G2/G3 but could not hold room in G1 for them at queueing.
+    /// Requests that found blocks in G2/G3 but no room in G1 to hold them when first looked
+    /// up (each is looked up again before later passes while it waits).
     pub onboards_skipped: u64,
     /// Onboards started (each request's G2 and G3 blocks together).
     pub onboards: u64,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::{Role, ServingMode, SimConfig};
+use crate::explain::{Breakdown, PartNames, RankBreakdown, StageMean};
 use crate::offload::{Lane, LaneStats, TierCounters, TierTotals};
 use crate::stats::{Cdf, Distribution, WeightedSamples};
 use crate::time_series::TimeSeries;
@@ -86,6 +87,10 @@ pub struct Records {
     pub g3_hit_blocks: Vec<u32>,
     pub onboard_start_ms: Vec<f64>,
     pub onboard_end_ms: Vec<f64>,
+    /// An explained replay (empty otherwise): the time of the passes that computed each
+    /// request's prompt before its first token (ms), and when its prompt was done.
+    pub prefill_pass_ms: Vec<f64>,
+    pub prefill_end_ms: Vec<f64>,
     /// Every inter-token gap of every request (ms).
     pub itl: WeightedSamples,
     /// Requests completed or rejected so far.
@@ -120,6 +125,8 @@ impl Records {
             g3_hit_blocks: Vec::new(),
             onboard_start_ms: Vec::new(),
             onboard_end_ms: Vec::new(),
+            prefill_pass_ms: Vec::new(),
+            prefill_end_ms: Vec::new(),
             itl: WeightedSamples::default(),
             finished: 0,
             just_finished: Vec::new(),
@@ -134,6 +141,36 @@ impl Records {
         self.g3_hit_blocks = vec![0; n];
         self.onboard_start_ms = vec![f64::NAN; n];
         self.onboard_end_ms = vec![f64::NAN; n];
+    }
+
+    /// `request` is admitted at `now` with `cached` prompt tokens found in the KV cache: its
+    /// first admission anywhere is what the records keep (a decode worker re-admitting a
+    /// request it preempted does not replace the prefill worker's).
+    pub fn admit(&mut self, request: usize, now: f64, cached: u32) {
+        if self.first_admit_ms[request].is_nan() {
+            self.first_admit_ms[request] = now;
+            self.reused_tokens[request] = cached;
+        }
+    }
+
+    /// Make room for the columns of an explained replay.
+    pub fn enable_explain(&mut self) {
+        let n = self.arrival_ms.len();
+        self.prefill_pass_ms = vec![0.0; n];
+        self.prefill_end_ms = vec![f64::NAN; n];
+    }
+
+    /// An explained replay: a pass from `start` to `now` computed part of `request`'s prompt
+    /// (all the rest of it when `prompt_done`). Passes after its first prompt was done (a
+    /// recompute after preemption) are not part of its time to first token.
+    pub fn prefill_pass(&mut self, request: usize, start: f64, now: f64, prompt_done: bool) {
+        if !self.prefill_end_ms[request].is_nan() {
+            return;
+        }
+        self.prefill_pass_ms[request] += now - start;
+        if prompt_done {
+            self.prefill_end_ms[request] = now;
+        }
     }
 
     pub fn complete(&mut self, request: usize, now: f64) {
@@ -166,6 +203,8 @@ pub struct Counters {
     pub worker_busy_ms: Vec<f64>,
     /// Offload tiers, when on.
     pub tiers: Option<TierTotals>,
+    /// An explained replay: each rank's passes, and the parts each role's prices split into.
+    pub explained: Option<(Vec<RankBreakdown>, PartNames)>,
 }
 
 /// Per-request metrics derived from the records, one entry per request (NaN where undefined).
@@ -201,6 +240,70 @@ impl Derived {
         }
         d
     }
+}
+
+/// The stages a completed request's time to first token is made of (ms), in order; they add up
+/// to its TTFT. Waiting for admission includes onboarding from offload tiers.
+pub const TTFT_STAGES: [&str; 6] = [
+    "queue",
+    "prefill_passes",
+    "between_chunks",
+    "handoff",
+    "transfer",
+    "after_transfer",
+];
+
+/// Each stage of every request's time to first token (ms; NaN for a request that did not
+/// complete), in [`TTFT_STAGES`] order:
+/// - `queue`: arrival to first admission;
+/// - `prefill_passes`: the passes that computed its prompt (a pass lasts until its worker's
+///   slowest data-parallel rank ends; a prompt recomputed after preemption counts again);
+/// - `between_chunks`: the rest until its prompt was done (passes without its chunks);
+/// - `handoff`: disaggregated, prompt done to the start of its KV transfer (a decode worker
+///   reserving blocks);
+/// - `transfer`: the KV transfer;
+/// - `after_transfer`: the KV landed to the first token (the decode worker's first pass when
+///   the first token comes from it).
+pub fn ttft_stages(r: &Records) -> [Vec<f64>; 6] {
+    let n = r.arrival_ms.len();
+    let mut out: [Vec<f64>; 6] = std::array::from_fn(|_| vec![f64::NAN; n]);
+    for i in 0..n {
+        if r.status[i] != Status::Completed as u8 {
+            continue;
+        }
+        let admitted = r.first_admit_ms[i];
+        let prompt_done = r.prefill_end_ms[i];
+        // Aggregated: no transfer, the first token ends the prompt's last pass.
+        let (start, end) = match r.transfer_start_ms[i].is_nan() {
+            true => (prompt_done, prompt_done),
+            false => (r.transfer_start_ms[i], r.transfer_end_ms[i]),
+        };
+        let stages = [
+            admitted - r.arrival_ms[i],
+            r.prefill_pass_ms[i],
+            prompt_done - admitted - r.prefill_pass_ms[i],
+            start - prompt_done,
+            end - start,
+            r.first_token_ms[i] - end,
+        ];
+        for (column, v) in out.iter_mut().zip(stages) {
+            column[i] = v;
+        }
+    }
+    out
+}
+
+/// The mean of each stage of `stages` (as [`ttft_stages`] gives them) over the requests that
+/// have it (ms), in stage order.
+fn ttft_means(stages: &[Vec<f64>; 6]) -> Vec<StageMean> {
+    TTFT_STAGES
+        .iter()
+        .zip(stages)
+        .map(|(&stage, column)| StageMean {
+            stage,
+            mean_ms: Distribution::of(column.iter().copied()).mean.unwrap_or(0.0),
+        })
+        .collect()
 }
 
 /// The summary of a replay. Serialised with fields in this order; the canonical report sorts
@@ -287,7 +390,8 @@ pub struct TierRoleSummary {
     pub num_onboards: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onboard_ms: Option<Distribution>,
-    /// Requests with G2/G3 hits that queued without them: G1 had no room to hold them.
+    /// Requests whose G2/G3 hit found no room in G1 when first looked up (each is looked up
+    /// again before later passes while it waits).
     pub onboards_skipped: u64,
     /// Onboards that first waited for offload copies still in flight, their share of all
     /// onboards, and the mean of those waits (ms).
@@ -419,6 +523,9 @@ pub struct Report {
     pub derived: Derived,
     pub timeseries: TimeSeries,
     pub summary: Summary,
+    /// An explained replay: where its time went, and each request's time to first token by
+    /// stage (the columns of [`ttft_stages`]).
+    pub breakdown: Option<(Breakdown, [Vec<f64>; 6])>,
 }
 
 fn per_second(count: f64, duration_ms: f64) -> f64 {
@@ -438,6 +545,15 @@ impl Report {
         config: &SimConfig,
     ) -> Report {
         let derived = Derived::of(&records);
+        let breakdown = counters.explained.map(|(ranks, parts)| {
+            let stages = ttft_stages(&records);
+            let breakdown = Breakdown {
+                parts,
+                ranks,
+                ttft_stages: ttft_means(&stages),
+            };
+            (breakdown, stages)
+        });
         let n = records.arrival_ms.len();
         let done: Vec<usize> = (0..n)
             .filter(|&i| records.status[i] == Status::Completed as u8)
@@ -566,11 +682,18 @@ impl Report {
             derived,
             timeseries,
             summary,
+            breakdown,
         }
     }
 
     /// The summary as JSON (`null` for undefined statistics).
     pub fn summary_json(&self) -> String {
         serde_json::to_string(&self.summary).expect("summary serialises")
+    }
+
+    /// An explained replay's breakdown as JSON.
+    pub fn breakdown_json(&self) -> Option<String> {
+        let (breakdown, _) = self.breakdown.as_ref()?;
+        Some(serde_json::to_string(breakdown).expect("breakdown serialises"))
     }
 }

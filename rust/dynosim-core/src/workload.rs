@@ -15,6 +15,26 @@ pub const MAX_REQUESTS: u64 = 100_000_000;
 /// the block identity tables a replay builds).
 pub const MAX_HASH_IDS: u64 = 1_000_000_000;
 
+/// The latest a request may arrive, in ms after the first arrival (after
+/// `cluster.arrival_speedup_ratio`), and the longest think time of a session turn: 2^43 ms
+/// (about 278 years). The replay's clock is an f64 of ms, whose spacing at `t` is
+/// 2^(floor(log2 t) - 52) ms: below 2^43 ms it resolves under a microsecond; from 2^52 ms
+/// (4.5e15 ms) on not even a millisecond, and past 1e17 ms a pass of a few ms rounds away
+/// entirely (TTFT and E2E of 0). Step times are fractions of a ms, so the bound keeps them.
+pub const MAX_TIME_MS: f64 = 8_796_093_022_208.0;
+
+/// Why a time `t` ms (a span after the first arrival, or a delay) is past [`MAX_TIME_MS`]
+/// (`what` names it), or `None`.
+fn past_time_bound(what: &str, t: f64) -> Option<String> {
+    (t > MAX_TIME_MS).then(|| {
+        format!(
+            "{what} = {t:e} ms is past {} ms (2^43 ms, about 278 years), beyond which the \
+             replay's clock (f64 ms) no longer resolves a microsecond and step times round away",
+            grouped(MAX_TIME_MS as u64)
+        )
+    })
+}
+
 /// Thousands separated by commas, as the size limits are quoted.
 pub fn grouped(n: u64) -> String {
     let digits = n.to_string();
@@ -139,6 +159,11 @@ impl<'a> Workload<'a> {
                 ));
             }
             previous = t;
+            if let Some(message) =
+                past_time_bound("arrival_ms - first arrival", t - self.arrival_ms[0])
+            {
+                return bad(message);
+            }
             if self.input_length[i] == 0 {
                 return bad("input_length must be >= 1, got 0".into());
             }
@@ -153,6 +178,9 @@ impl<'a> Workload<'a> {
             if let Some(d) = self.delay_ms.map(|d| d[i]).filter(|d| !d.is_nan()) {
                 if !(d.is_finite() && d >= 0.0) {
                     return bad(format!("delay_ms must be >= 0 ms or NaN (unset), got {d}"));
+                }
+                if let Some(message) = past_time_bound("delay_ms", d) {
+                    return bad(message);
                 }
                 if s < 0 {
                     return bad(format!(
@@ -189,6 +217,44 @@ impl<'a> Workload<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `Err` when the replay's clock would pass [`MAX_TIME_MS`] once arrivals and delays are
+    /// divided by `speedup` (`cluster.arrival_speedup_ratio`; [`Self::validate`] checks them
+    /// as they are): the message names the first request past it and the ratio.
+    pub fn check_speedup(&self, speedup: f64) -> Result<()> {
+        let (Some(&first), Some(&last)) = (self.arrival_ms.first(), self.arrival_ms.last()) else {
+            return Ok(());
+        };
+        let scaled = |t: f64| t / speedup;
+        let late = if scaled(last - first) > MAX_TIME_MS {
+            let i = self
+                .arrival_ms
+                .partition_point(|&t| scaled(t - first) <= MAX_TIME_MS);
+            Some((
+                i,
+                "(arrival_ms - first arrival)",
+                scaled(self.arrival_ms[i] - first),
+            ))
+        } else {
+            None
+        };
+        let long = self.delay_ms.and_then(|d| {
+            d.iter()
+                .position(|&x| scaled(x) > MAX_TIME_MS)
+                .map(|i| (i, "delay_ms", scaled(d[i])))
+        });
+        match late.or(long) {
+            Some((request, what, t)) => Err(SimError::Workload {
+                request,
+                message: past_time_bound(
+                    &format!("{what} / cluster.arrival_speedup_ratio {speedup}"),
+                    t,
+                )
+                .unwrap_or_default(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// For each request, the next turn of its session (`u32::MAX`: none), and whether it is a
@@ -408,6 +474,54 @@ pub(crate) mod tests {
         assert!(check([0, -2], [f64::NAN; 2])
             .unwrap_err()
             .contains("got -2"));
+    }
+
+    #[test]
+    fn times_past_the_clock_resolution_are_refused() {
+        // 2^43 ms is the bound itself; one ms more is past it.
+        let at = |last: f64| {
+            columns(&[1, 2], &[0, 1, 2], &[1; 2], &[1; 2], &[5.0, last], 512)
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        assert!(at(5.0 + MAX_TIME_MS).is_ok());
+        assert_eq!(
+            at(6.0 + MAX_TIME_MS).unwrap_err(),
+            "workload request 1: arrival_ms - first arrival = 8.796093022209e12 ms is past \
+             8,796,093,022,208 ms (2^43 ms, about 278 years), beyond which the replay's clock \
+             (f64 ms) no longer resolves a microsecond and step times round away"
+        );
+        // 1e303 ms: what a rate of 1e-300 requests/s gives.
+        assert!(at(1e303).unwrap_err().contains("= 1e303 ms is past"));
+        // Divided by a speedup below 1, arrivals within the bound may pass it.
+        let w = columns(
+            &[1, 2, 3],
+            &[0, 1, 2, 3],
+            &[1; 3],
+            &[1; 3],
+            &[0.0, 1e6, 1e12],
+            512,
+        );
+        assert!(w.validate().is_ok() && w.check_speedup(1.0).is_ok());
+        assert_eq!(
+            w.check_speedup(1e-6).unwrap_err().to_string(),
+            "workload request 2: (arrival_ms - first arrival) / cluster.arrival_speedup_ratio \
+             0.000001 = 1e18 ms is past 8,796,093,022,208 ms (2^43 ms, about 278 years), beyond \
+             which the replay's clock (f64 ms) no longer resolves a microsecond and step times \
+             round away"
+        );
+        let session = [0i64, 0];
+        let delay = [f64::NAN, 1e13];
+        let w = Workload {
+            session: Some(&session),
+            delay_ms: Some(&delay),
+            ..columns(&[1, 2], &[0, 1, 2], &[1; 2], &[1; 2], &[0.0; 2], 512)
+        };
+        assert!(w
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("workload request 1: delay_ms = 1e13 ms is past"));
     }
 
     #[test]

@@ -121,8 +121,11 @@ fn destination_missing_moves_only_uncached_blocks() {
     let r = rows.replay(&c);
     assert_eq!(r.records.transfer_bytes, [128e6, 0.0]);
     assert_eq!(transfer_ms(&r), [128.0, 0.0]);
-    // The prompt is cached on P0 too: no prefill work, so the first token is immediate.
-    assert_eq!(r.derived.ttft_ms[1], 0.0);
+    // The prompt is cached on P0 too (two 64-token blocks), but its last token is computed:
+    // P0 reuses the first block and prefills the second, 10 ms, and the empty transfer lands
+    // at once. The first computes all 128 tokens and its KV takes 128 ms.
+    assert_eq!(r.records.reused_tokens, [0, 64]);
+    assert_eq!(r.derived.ttft_ms, [138.0, 10.0]);
 }
 
 #[test]
@@ -197,4 +200,26 @@ fn decode_workers_name_blocks_at_their_own_block_size() {
     let r = rows.replay(&c);
     assert_eq!(r.records.reused_tokens, [0, 64]);
     assert_eq!(r.records.transfer_bytes, [128e6, 80e6]);
+}
+
+#[test]
+fn a_decode_side_recompute_keeps_the_first_admission_and_reuse() {
+    // The preemption of `cache_too_small_for_two_preempts_then_recomputes` on a decode worker:
+    // A and B (4-token prompts, 8 tokens out) prefill together on P0 (0-10 ms) and land at
+    // once on D0, 4 blocks of 4 tokens. Decodes grow each to 2 blocks; at 14 ms A needs a
+    // third and B (the newest) is preempted; A ends at 17 ms, then B recomputes its 5 tokens
+    // on D0 (its prompt block cached there) from 17 to 27 ms and ends at 29 ms. B was admitted
+    // at 0 ms on P0 and reused nothing: the recompute on D0 is no first admission.
+    let mut c = disagg(1, 1, None);
+    c.kv_transfer.bandwidth_gbps = None;
+    c.engine.block_size = Some(4);
+    let mut decode = c.engine.clone();
+    decode.num_gpu_blocks = 4;
+    c.decode.engine = Some(decode);
+    let rows = Rows::new(4, &[(0.0, 4, 8, &[1]), (0.0, 4, 8, &[2])]);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.preemptions, [0, 1]);
+    assert_eq!(r.derived.e2e_ms, [17.0, 29.0]);
+    assert_eq!(r.records.first_admit_ms, [0.0, 0.0]);
+    assert_eq!(r.records.reused_tokens, [0, 0]);
 }

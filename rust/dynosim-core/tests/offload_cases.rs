@@ -4,11 +4,12 @@
 //! 1e6 KV bytes per token: one block is 16e6 bytes, 16 ms on a 1 GB/s (1e6 bytes/ms) link.
 //!
 //! Each worker w plays four requests (one token of output each), round robin:
-//! A at 0 ms: 3 blocks [a1 a2 a3]; B at 20 ms: 4 new blocks, evicting a3 then a2 from G1 to G2
-//! (least recent first: a request's tail goes first); D at 40 ms: either B again (a full G1
-//! hit, no eviction: "keep") or 4 new blocks evicting a1 and B's blocks ("push"), which with a
-//! small G2 sends A's blocks on to G3; C at 100 ms: [a1 a2 a3 c4], whose first three blocks
-//! come back from G1/G2/G3 before its prefill.
+//! A at 0 ms: 3 blocks [a1 a2 a3]; B at 20 ms: 4 new blocks [b1 b2 b3 b4] of 63 tokens (b4 is
+//! partial, never cached), evicting a3 then a2 from G1 to G2 (least recent first: a request's
+//! tail goes first); D at 40 ms: either B again (a G1 hit of b1 b2 b3, its partial last block
+//! recomputed in the free fifth block: no eviction, "keep") or 4 new blocks evicting a1 and
+//! B's blocks ("push"), which with a small G2 sends A's blocks on to G3; C at 100 ms:
+//! [a1 a2 a3 c4], whose first three blocks come back from G1/G2/G3 before its prefill.
 
 use dynosim_core::config::{Duplex, FixedTiming, InFlight, OffloadWrites, TimingConfig};
 use dynosim_core::links::{FlowId, LinkNetwork};
@@ -27,14 +28,15 @@ fn phases(push_to_g3: &[bool]) -> Rows {
     for phase in 0..4u64 {
         for (w, &push) in push_to_g3.iter().enumerate() {
             let base = 1000 * w as u64;
-            let (t, ids): (f64, Vec<u64>) = match phase {
-                0 => (0.0, (1..=3).map(|k| base + k).collect()),
-                1 => (20.0, (11..=14).map(|k| base + k).collect()),
-                2 if push => (40.0, (21..=24).map(|k| base + k).collect()),
-                2 => (40.0, (11..=14).map(|k| base + k).collect()),
-                _ => (100.0, [1, 2, 3, 31].iter().map(|k| base + k).collect()),
+            let ids = |keys: &[u64]| -> Vec<u64> { keys.iter().map(|k| base + k).collect() };
+            let (t, ids, tokens) = match phase {
+                0 => (0.0, ids(&[1, 2, 3]), 48),
+                1 => (20.0, ids(&[11, 12, 13, 14]), 63),
+                2 if push => (40.0, ids(&[21, 22, 23, 24]), 64),
+                2 => (40.0, ids(&[11, 12, 13, 14]), 63),
+                _ => (100.0, ids(&[1, 2, 3, 31]), 64),
             };
-            rows.push(t, (ids.len() as u64 * BLOCK) as u32, 1, &ids);
+            rows.push(t, tokens, 1, &ids);
         }
     }
     rows
@@ -55,9 +57,12 @@ fn config(workers: u32, g2: Option<u32>, g3: Option<u32>, shared: bool) -> SimCo
     c.offload.g2_blocks = g2;
     c.offload.g3_blocks = g3;
     c.offload.g3_shared = shared;
-    c.offload.g1_g2_gbps = 1.0;
-    c.offload.g2_g3_gbps = 0.5;
-    c.offload.in_flight = InFlight::Wait;
+    // The tiers' settings, which without tiers are an error (they would do nothing).
+    if g2.is_some() {
+        c.offload.g1_g2_gbps = 1.0;
+        c.offload.g2_g3_gbps = 0.5;
+        c.offload.in_flight = InFlight::Wait;
+    }
     c
 }
 
@@ -91,25 +96,25 @@ fn evicted_prefix_is_onboarded_from_g2() {
     assert_eq!(r.records.reused_tokens[c], 48);
     assert_eq!(r.derived.ttft_ms[c], 42.0);
     let o = r.summary.offload.as_ref().unwrap();
-    // D found all of B in G1 (4 blocks), C found a1.
-    assert_eq!((o.queueing.g1_hit_blocks, o.queueing.g2_hit_blocks), (5, 2));
+    // D found B's 3 full blocks in G1, C found a1.
+    assert_eq!((o.queueing.g1_hit_blocks, o.queueing.g2_hit_blocks), (4, 2));
     assert_eq!(
         (o.queueing.g1_hit_tokens, o.queueing.g2_hit_tokens),
-        (80, 32)
+        (64, 32)
     );
     assert_eq!(o.queueing.num_onboards, 1);
     assert_eq!(o.queueing.onboard_ms.as_ref().unwrap().mean, Some(32.0));
     assert_eq!(o.queueing.onboarded_g2_blocks, 2);
     assert_eq!(o.queueing.onboard_bytes, 2.0 * BLOCK_BYTES);
-    // a3 a2 when B came; C's hold of 2 blocks evicted 2 of B's (D hit B fully), and its last
-    // block at admission one more.
-    assert_eq!(o.queueing.offloaded_g2_blocks, 5);
-    assert_eq!(o.queueing.offload_bytes, 5.0 * BLOCK_BYTES);
+    // a3 a2 when B came; C's hold of 2 blocks took the free block and evicted b3, and its
+    // last block at admission evicted b2.
+    assert_eq!(o.queueing.offloaded_g2_blocks, 4);
+    assert_eq!(o.queueing.offload_bytes, 4.0 * BLOCK_BYTES);
     assert_eq!(o.dropped_blocks, 0);
     // Offloads are flows, one per eviction: a3 a2 at 20 ms (landed at 52 ms, long before C
     // needs them), C's hold at 100 ms, C's admission at 132 ms.
     let down = &o.queueing.flows.g1_to_g2;
-    assert_eq!((down.flows, down.bytes), (3, 5.0 * BLOCK_BYTES));
+    assert_eq!((down.flows, down.bytes), (3, 4.0 * BLOCK_BYTES));
     assert_eq!(o.queueing.onboards_delayed, 0);
     // Without tiers C reuses a1 and prefills the rest at once.
     let plain = phases(&[false]).replay(&config(1, None, None, false));
@@ -208,10 +213,16 @@ fn the_allocator_gives_a_capped_flows_share_of_a_pool_to_the_other() {
 }
 
 #[test]
-fn no_room_in_g1_means_no_onboarding() {
-    // A runner of 3 blocks (output 17: 4 blocks by its end) arrives at 99 ms, evicting a1 and
-    // two of B's blocks, and holds 3 of the 5 G1 blocks when C queues at 100 ms: C finds a1 a2
-    // a3 in G2 but G1 has 2 blocks free, not 3, so C queues without them and prefills all.
+fn a_hit_without_room_in_g1_is_looked_up_again() {
+    // A runner R of 3 blocks (48 tokens, output 17) arrives at 99 ms: its admission takes the
+    // free block and evicts a1 and b3 (copied down 99-131 ms), its prefill runs 99-109 ms, its
+    // first decode takes a fourth block (evicting b2), and its last token ends at 125 ms. C
+    // queues at 100 ms; at 109 ms it finds a1 a2 a3 in G2 (a1 still on its way down), but G1
+    // has 1 block left, not 3: it waits, skipped once, and is looked up again before each pass.
+    // At 125 ms R has released its blocks: C holds 3 (evicting b1 and one of R's), waits for
+    // a1's copy to land (131 ms), onboards the 3 blocks (48 ms, to 179 ms), reuses 48 tokens
+    // and prefills its last block to 189 ms. (Admitted at 125 ms without them, it would have
+    // prefilled all 64 tokens in the same 10 ms of fixed timing.)
     let mut rows = phases(&[false]);
     let c = rows.arrival.len() - 1;
     rows.arrival.insert(c, 99.0);
@@ -223,23 +234,20 @@ fn no_room_in_g1_means_no_onboarding() {
     .to_vec();
     rows.offsets = vec![0, 3, 7, 11, 14, 18];
     let r = rows.replay(&config(1, Some(8), None, false));
-    let c = c + 1;
+    let (runner, c) = (c, c + 1);
+    assert_eq!(r.records.last_token_ms[runner], 125.0);
     assert_eq!(
         (r.records.g1_hit_blocks[c], r.records.g2_hit_blocks[c]),
         (0, 3)
     );
-    assert!(r.records.onboard_start_ms[c].is_nan());
-    assert_eq!(
-        r.summary
-            .offload
-            .as_ref()
-            .unwrap()
-            .queueing
-            .onboards_skipped,
-        1
-    );
-    assert_eq!(r.summary.offload.as_ref().unwrap().queueing.num_onboards, 0);
-    assert_eq!(r.records.reused_tokens[c], 0);
+    assert_eq!(r.records.onboard_start_ms[c], 125.0);
+    assert_eq!(r.records.onboard_end_ms[c], 179.0);
+    assert_eq!(r.records.first_admit_ms[c], 179.0);
+    assert_eq!(r.records.reused_tokens[c], 48);
+    assert_eq!(r.derived.ttft_ms[c], 89.0);
+    let o = &r.summary.offload.as_ref().unwrap().queueing;
+    assert_eq!((o.onboards_skipped, o.num_onboards), (1, 1));
+    assert_eq!((o.onboards_delayed, o.offload_wait_ms_mean), (1, 6.0));
 }
 
 #[test]
@@ -259,6 +267,16 @@ fn tier_settings_are_validated() {
         .starts_with("offload.g3_blocks: needs offload.g2_blocks"));
     let err = SimConfig::from_json(r#"{"offload": {"g1_g2_gbps": 0}}"#).unwrap_err();
     assert!(err.to_string().starts_with("offload.g1_g2_gbps: must be"));
+    // Without tiers a tier setting would do nothing: the replay refuses it, naming it (a
+    // document alone may get its G2 size from elsewhere, a flag).
+    let idle = SimConfig::from_json(r#"{"offload": {"writes": "free"}}"#).unwrap();
+    assert_eq!(
+        idle.check_replayable().unwrap_err().to_string(),
+        "offload.writes: applies to the offload tiers, and there are none: set \
+         offload.g2_blocks (--g2-blocks) to have them, or leave it at its default"
+    );
+    let at_default = SimConfig::from_json(r#"{"offload": {"writes": "flows"}}"#).unwrap();
+    assert!(at_default.check_replayable().is_ok());
 }
 
 #[test]
@@ -416,4 +434,84 @@ fn a_decode_worker_receives_only_the_blocks_its_tiers_lack() {
         .clone()
         .unwrap();
     assert_eq!((d.g2_hit_blocks, d.onboarded_blocks), (0, 0));
+}
+
+#[test]
+fn a_radix_prefix_ending_inside_a_tier_block_is_not_counted_twice() {
+    // SGLang-like ranks (4-token blocks, 1-token pages): a prefill rank that never evicts and a
+    // decode rank of 24 tokens, 1 GB/s line-rate KV links and G1<->G2 links, 1e6 bytes per
+    // token (a token is 1 ms on a link), destination-missing sizing. Each request decodes one
+    // token (its first, when its KV lands).
+    // - A (6 tokens, trace blocks [1 2]) at 0 ms: the decode rank caches its 6 tokens.
+    // - C (8 tokens, [1 2]) at 100 ms: the decode rank adds tokens 6..8 under A's.
+    // - D (18 new tokens) at 200 ms: its reservation (18 of 16 free) evicts C's leaf, tokens
+    //   6..8, and with them block 1 (tokens 4..8) goes to G2 (landed at 214 ms).
+    // - B (8 tokens, [1 2]) at 300 ms: prefills 1 token (the rest is cached there) to 310 ms.
+    //   The decode rank holds tokens 0..6 in G1 (evicting D's leaf for B's last 2 tokens) and
+    //   block 1, tokens 4..8, in G2: together the whole prompt, so the transfer moves nothing
+    //   while G2 sends block 1 (4e6 bytes: 4 ms): B's first token at 314 ms. (Counted apart,
+    //   6 + 4 tokens held are 2 more than the prompt: a wrapped 2^32 - 2 tokens, 4.29e15 bytes.)
+    use dynosim_core::config::{Backend, EngineConfig, LinkModel, ServingMode, TransferSizing};
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 6, 1, &[1, 2]),
+            (100.0, 8, 1, &[1, 2]),
+            (200.0, 18, 1, &[10, 11, 12, 13, 14]),
+            (300.0, 8, 1, &[1, 2]),
+        ],
+    );
+    let mut c = config(1, Some(8), None, false);
+    c.cluster.mode = ServingMode::Disaggregated;
+    c.cluster.num_prefill_workers = 1;
+    c.cluster.num_decode_workers = 1;
+    c.engine.backend = Backend::Sglang;
+    c.engine.block_size = Some(4);
+    c.engine.num_gpu_blocks = 6;
+    c.prefill.engine = Some(EngineConfig {
+        num_gpu_blocks: 64,
+        ..c.engine.clone()
+    });
+    c.kv_transfer.bandwidth_gbps = Some(1.0);
+    c.kv_transfer.link_model = Some(LinkModel::LineRate);
+    c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
+    let r = rows.replay(&c);
+    assert_eq!(r.records.transfer_bytes, [6e6, 2e6, 18e6, 0.0]);
+    assert_eq!(r.derived.ttft_ms, [16.0, 12.0, 28.0, 14.0]);
+    let d = r.summary.offload.as_ref().unwrap().decode.clone().unwrap();
+    // Over the four reservations: G1 held block 0 for C and B; G2 held B's block 1.
+    assert_eq!(
+        (d.g1_hit_blocks, d.g2_hit_blocks, d.onboarded_g2_blocks),
+        (2, 1, 1)
+    );
+}
+
+#[test]
+fn a_request_onboarding_counts_as_waiting_on_its_rank_in_every_flavour() {
+    // One worker of two data-parallel ranks, one sequence slot each, 16-token blocks. A, B and C
+    // go to rank 0 (ties go to the lowest rank): B evicts A's blocks to G2, and at 100 ms C
+    // starts onboarding them there. E (one new block) arrives at 110 ms: rank 0 holds C
+    // onboarding, which vLLM's balancer counts as waiting (4 x 1 + 0 = 4 against rank 1's 0),
+    // so E goes to the idle rank 1 and prefills at once (TTFT 10 ms). Sent to rank 0, E would
+    // wait for C's slot (in the SGLang-like flavour until C ends at 158 ms).
+    use dynosim_core::config::Backend;
+    let rows = Rows::new(
+        BLOCK as u32,
+        &[
+            (0.0, 48, 1, &[1, 2, 3]),
+            (20.0, 64, 1, &[11, 12, 13, 14]),
+            (100.0, 64, 1, &[1, 2, 3, 31]),
+            (110.0, 16, 1, &[41]),
+        ],
+    );
+    for backend in [Backend::Vllm, Backend::Sglang, Backend::Trtllm] {
+        let mut c = config(1, Some(8), None, false);
+        c.engine.backend = backend;
+        c.engine.data_parallel_size = 2;
+        c.engine.max_num_seqs = 1;
+        let r = rows.replay(&c);
+        assert!(!r.records.onboard_start_ms[2].is_nan(), "{backend:?}");
+        assert_eq!(r.records.first_admit_ms[3], 110.0, "{backend:?}");
+        assert_eq!(r.derived.ttft_ms[3], 10.0, "{backend:?}");
+    }
 }

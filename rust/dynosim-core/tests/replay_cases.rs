@@ -51,7 +51,9 @@ fn unchunked_prefill_takes_one_pass() {
 #[test]
 fn second_request_reuses_the_shared_prefix() {
     // A (t=0) and B (t=100) share their first 4-token block (hash 1); C (t=200) repeats A's
-    // whole prompt, so nothing is left to prefill: its pass costs 0 ms.
+    // whole prompt. Both of C's blocks are cached, but a pass must compute at least its last
+    // token and the cache reuses whole blocks: C reuses block 1 and recomputes block 2 (4
+    // tokens), a 10 ms prefill pass, then emits its second token at 11 ms.
     let rows = Rows::new(
         4,
         &[
@@ -61,12 +63,34 @@ fn second_request_reuses_the_shared_prefix() {
         ],
     );
     let r = rows.replay(&small(100, 64));
-    assert_eq!(r.records.reused_tokens, [0, 4, 8]);
-    assert_eq!(r.derived.ttft_ms[..2], [10.0, 10.0]);
-    assert_eq!(r.derived.ttft_ms[2], 0.0);
-    assert_eq!(r.derived.e2e_ms[2], 1.0);
-    assert_eq!(r.summary.reused_tokens, 12);
-    assert!((r.summary.prefix_reuse_ratio - 12.0 / 24.0).abs() < 1e-12);
+    assert_eq!(r.records.reused_tokens, [0, 4, 4]);
+    assert_eq!(r.derived.ttft_ms, [10.0, 10.0, 10.0]);
+    assert_eq!(r.derived.e2e_ms[2], 11.0);
+    assert_eq!(r.summary.reused_tokens, 8);
+    assert!((r.summary.prefix_reuse_ratio - 8.0 / 24.0).abs() < 1e-12);
+}
+
+#[test]
+fn a_fully_cached_prompt_computes_its_last_token_in_every_flavour() {
+    // The same 8-token prompt (two 4-token blocks) at 0 and 100 ms, two tokens out each. The
+    // second finds the whole prompt cached, but its pass must compute at least the last token:
+    // the block caches (vLLM-like, TensorRT-LLM-like) reuse the first block and prefill the
+    // second, the radix cache (SGLang-like, 1-token pages) reuses 7 tokens and prefills 1.
+    // Either way a 10 ms prefill pass, then a 1 ms decode.
+    use dynosim_core::config::Backend;
+    let rows = Rows::new(4, &[(0.0, 8, 2, &[1, 2]), (100.0, 8, 2, &[1, 2])]);
+    for (backend, reused) in [
+        (Backend::Vllm, 4),
+        (Backend::Trtllm, 4),
+        (Backend::Sglang, 7),
+    ] {
+        let mut c = common::one_worker(100);
+        c.engine.backend = backend;
+        let r = rows.replay(&c);
+        assert_eq!(r.records.reused_tokens, [0, reused], "{backend:?}");
+        assert_eq!(r.derived.ttft_ms, [10.0, 10.0], "{backend:?}");
+        assert_eq!(r.derived.e2e_ms, [11.0, 11.0], "{backend:?}");
+    }
 }
 
 #[test]
@@ -279,14 +303,70 @@ fn a_pass_that_preempts_admits_nothing() {
 }
 
 #[test]
+fn async_scheduling_forms_a_pass_while_the_one_before_runs() {
+    // Prefill 10 ms, decode 1 ms. A (8-token prompt, 3 tokens) arrives at 0, B (4-token
+    // prompt, 2 tokens) at 5, while A's prefill runs (0-10).
+    let rows = Rows::new(4, &[(0.0, 8, 3, &[1, 2]), (5.0, 4, 2, &[3])]);
+    let mut c = small(100, 64);
+    // vLLM forms the pass after A's prefill when that prefill starts, at 0, before B arrives:
+    // 10-11 decodes A alone (its second token at 11). B joins the pass formed at 10: 11-22,
+    // mixed (A's last token, B's first: TTFT 22 - 5 = 17); B's last token 22-23.
+    let r = rows.replay(&c);
+    assert_eq!(r.records.first_admit_ms, [0.0, 11.0]);
+    assert_eq!(r.derived.ttft_ms[..], [10.0, 17.0]);
+    assert_eq!(r.records.last_token_ms, [22.0, 23.0]);
+    // Formed when the pass before ends, B prefills beside A's second token, 10-21.
+    c.engine.async_scheduling = Some(false);
+    let r = rows.replay(&c);
+    assert_eq!(r.derived.ttft_ms[..], [10.0, 16.0]);
+    assert_eq!(r.records.last_token_ms, [22.0, 22.0]);
+}
+
+#[test]
+fn async_scheduling_forms_again_a_pass_formed_empty() {
+    // A (one token) finishes with its prefill, 0-10: the pass formed at 0 after it has nothing
+    // (vLLM knows A is done), so it is never launched and the engine forms one at 10 with B,
+    // who arrived at 5: B prefills 10-20, as without async scheduling. A request reaching an
+    // idle rank starts at once: C at 100 has its first token at 110.
+    let rows = Rows::new(
+        4,
+        &[(0.0, 8, 1, &[1, 2]), (5.0, 4, 1, &[3]), (100.0, 4, 1, &[4])],
+    );
+    let r = rows.replay(&small(100, 64));
+    assert_eq!(r.records.first_token_ms, [10.0, 20.0, 110.0]);
+}
+
+#[test]
+fn a_request_is_admitted_once_its_whole_prompt_fits() {
+    // 10 blocks of 4 tokens, budget 8. A (24-token prompt, 2 tokens) and B (20-token prompt)
+    // arrive at 0; A's prompt takes the whole budget of passes 0-10, 10-20 and 20-30 (its first
+    // token at 30, 6 blocks held). At 30 A decodes (a 7th block) and 7 budget tokens are left:
+    // B's first chunk would need 2 of the 3 free blocks, but its whole prompt needs 5, so vLLM
+    // 0.19 admits it only after A ends (30-31): at 31. Gating on the chunk alone admits it at
+    // 30.
+    let rows = Rows::new(
+        4,
+        &[
+            (0.0, 24, 2, &[1, 2, 3, 4, 5, 6]),
+            (0.0, 20, 2, &[7, 8, 9, 10, 11]),
+        ],
+    );
+    let mut c = small(10, 8);
+    assert_eq!(rows.replay(&c).records.first_admit_ms, [0.0, 31.0]);
+    c.engine.scheduler_reserve_full_isl = Some(false);
+    assert_eq!(rows.replay(&c).records.first_admit_ms, [0.0, 30.0]);
+}
+
+#[test]
 fn data_parallel_ranks_keep_their_own_caches() {
     // The same prompt twice, the second sent at 11 ms while the first still decodes (prefill
     // 10 ms, then 1 ms decodes to its 50th token). With one rank the second reuses the cached
-    // prompt; with two, the busy rank 0 scores 1 (one running) and the idle rank 1 scores 0,
-    // so the second lands on rank 1's empty cache.
+    // prompt but its last block (a pass computes at least the last token); with two, the busy
+    // rank 0 scores 1 (one running) and the idle rank 1 scores 0, so the second lands on rank
+    // 1's empty cache.
     let rows = Rows::new(4, &[(0.0, 8, 50, &[1, 2]), (11.0, 8, 1, &[1, 2])]);
     let mut c = small(100, 64);
-    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 8]);
+    assert_eq!(rows.replay(&c).records.reused_tokens, [0, 4]);
     c.engine.data_parallel_size = 2;
     assert_eq!(rows.replay(&c).records.reused_tokens, [0, 0]);
 }
@@ -379,7 +459,9 @@ fn session_turn_after_a_rejected_turn_still_goes() {
 #[test]
 fn closed_loop_keeps_concurrency_and_ignores_timestamps() {
     // Concurrency 2, five one-token requests far apart in the trace: two start at 0, each
-    // completion (10 ms prefill) starts the next at once.
+    // completion (10 ms prefill) starts the next at once. The prompts are one cached 4-token
+    // block, but the last token is always computed, so each recomputes its block: every pass
+    // is a 10 ms prefill.
     let rows: Vec<(f64, u32, u32, &[u64])> = (0..5)
         .map(|i| (f64::from(i) * 1000.0, 4, 1, &[9u64][..]))
         .collect();
@@ -387,15 +469,15 @@ fn closed_loop_keeps_concurrency_and_ignores_timestamps() {
     let mut c = small(100, 64);
     c.cluster.concurrency = Some(2);
     let r = rows.replay(&c);
-    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 10.0, 10.0, 10.0]);
-    // Requests 2 and 3 are fully cached by then (same prompt): 0 ms passes.
-    assert_eq!(r.records.first_token_ms, [10.0, 10.0, 10.0, 10.0, 10.0]);
+    assert_eq!(r.records.arrival_ms, [0.0, 0.0, 10.0, 10.0, 20.0]);
+    assert_eq!(r.records.first_token_ms, [10.0, 10.0, 20.0, 20.0, 30.0]);
 }
 
 #[test]
 fn kv_aware_routing_follows_the_cached_prefix() {
     // Four workers. Request 0 warms worker 0 with a 4-block prefix; request 1, arriving after
     // it finished, shares the prefix: kv_aware sends it to worker 0, round robin to worker 1.
+    // It is request 0's whole prompt: it reuses 3 blocks and recomputes the last.
     let rows = Rows::new(
         4,
         &[(0.0, 16, 1, &[1, 2, 3, 4]), (100.0, 16, 1, &[1, 2, 3, 4])],
@@ -406,7 +488,7 @@ fn kv_aware_routing_follows_the_cached_prefix() {
     c.cluster.router = dynosim_core::config::RouterMode::KvAware;
     let r = rows.replay(&c);
     assert_eq!(r.records.worker, [0, 0]);
-    assert_eq!(r.records.reused_tokens, [0, 16]);
+    assert_eq!(r.records.reused_tokens, [0, 12]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! never over-committed, token accounting consistent after every pass).
 
 use dynosim_core::config::{
-    Backend, FixedTiming, RouterMode, SchedulePolicy, ServingMode, TimingConfig,
+    Backend, FixedTiming, RouterMode, SchedulePolicy, ServingMode, TimingConfig, TransferSizing,
 };
 use dynosim_core::report::{RejectReason, Status};
 use dynosim_core::SimConfig;
@@ -38,13 +38,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
     /// Every request ends completed or rejected with a reason, every emitted token is
-    /// counted, and a second run is identical, whatever the memory pressure (retractions),
-    /// page size, queue policy, serving mode, router and offload tier.
+    /// counted, no transfer moves more than its prompt, and a second run is identical,
+    /// whatever the memory pressure (retractions), page size, queue policy, serving mode,
+    /// router, offload tiers (none, G2, G2 and G3 per rank or shared) and transfer sizing.
     #[test]
     fn requests_are_conserved(rows in arb_rows(), tokens in 8u32..160, page in 1u32..5,
                               lpm in any::<bool>(), seqs in 1u32..6, workers in 1u32..4,
                               disaggregated in any::<bool>(), kv_aware in any::<bool>(),
-                              g2 in any::<bool>()) {
+                              tiers in 0u8..4, missing in any::<bool>()) {
         let rows = Rows::of_families(&rows);
         let mut c = sglang(tokens, page, lpm);
         c.engine.max_num_seqs = seqs;
@@ -58,8 +59,15 @@ proptest! {
         if kv_aware {
             c.cluster.router = RouterMode::KvAware;
         }
-        if g2 {
+        if tiers > 0 {
             c.offload.g2_blocks = Some(8);
+        }
+        if tiers > 1 {
+            c.offload.g3_blocks = Some(16);
+            c.offload.g3_shared = tiers == 3;
+        }
+        if missing {
+            c.kv_transfer.sizing = Some(TransferSizing::DestinationMissing);
         }
         let r = rows.replay(&c);
         let s = &r.summary;

@@ -148,6 +148,21 @@ fn resolve_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> {
         .map_err(|e| raise(py, "SimulationError", e.to_string()))
 }
 
+/// The most bytes one replay of the configuration takes for a workload of `requests`
+/// requests of `tokens` prompt and output tokens (the workload's columns not included).
+#[pyfunction]
+fn replay_bytes_estimate(
+    py: Python<'_>,
+    config_json: &str,
+    requests: u64,
+    tokens: u64,
+) -> PyResult<u64> {
+    let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
+    Ok(dynosim_core::replay::memory::replay_bytes(
+        &config, requests, tokens,
+    ))
+}
+
 /// KV bytes of one token on one GPU of a `tp`-way tensor-parallel rank, for a `kv_shape`
 /// document (checked by the core's rules first).
 #[pyfunction]
@@ -213,6 +228,13 @@ fn normalize_config_json(py: Python<'_>, config_json: &str) -> PyResult<String> 
 }
 
 /// Machine names of rejection reasons, indexed by the `reject_reason` codes of a report.
+/// The stages of a request's time to first token an explained replay reports, in order
+/// (`requests["ttft_<stage>_ms"]`).
+#[pyfunction]
+fn ttft_stage_names() -> Vec<&'static str> {
+    dynosim_core::report::TTFT_STAGES.to_vec()
+}
+
 #[pyfunction]
 fn reject_reason_names() -> Vec<&'static str> {
     RejectReason::ALL.iter().map(|r| r.name()).collect()
@@ -441,6 +463,9 @@ fn report_dict<'py>(
     let out = PyDict::new(py);
     out.set_item("summary_json", report.summary_json())?;
     out.set_item("config_json", config.to_json())?;
+    if let Some(json) = report.breakdown_json() {
+        out.set_item("breakdown_json", json)?;
+    }
     let r = report.records;
     let d = report.derived;
     let requests = PyDict::new(py);
@@ -472,6 +497,12 @@ fn report_dict<'py>(
         requests.set_item("g3_hit_blocks", r.g3_hit_blocks.into_pyarray(py))?;
         requests.set_item("onboard_start_ms", r.onboard_start_ms.into_pyarray(py))?;
         requests.set_item("onboard_end_ms", r.onboard_end_ms.into_pyarray(py))?;
+    }
+    // An explained replay: where its time went, and each request's TTFT by stage.
+    if let Some((_, stages)) = report.breakdown {
+        for (name, column) in dynosim_core::report::TTFT_STAGES.iter().zip(stages) {
+            requests.set_item(format!("ttft_{name}_ms"), column.into_pyarray(py))?;
+        }
     }
     out.set_item("requests", requests)?;
     // Each series as {"mean", "min", "max"} over the buckets; a series with a column per
@@ -508,12 +539,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(reject_reason_names, m)?)?;
+    m.add_function(wrap_pyfunction!(ttft_stage_names, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(max_min_rates, m)?)?;
     m.add_function(wrap_pyfunction!(parse_mooncake, m)?)?;
     m.add_function(wrap_pyfunction!(validate_workload, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;
+    m.add_function(wrap_pyfunction!(replay_bytes_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(aic_timing_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_defaults_json, m)?)?;
     m.add_function(wrap_pyfunction!(engine_pass_token_budget, m)?)?;

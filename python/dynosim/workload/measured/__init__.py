@@ -8,16 +8,21 @@ and ``vllm bench serve --save-result --save-detailed`` JSON
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, get_args
 
+from dynosim._documents import DocumentError, json_document
+from dynosim._files import MAX_LINE_BYTES
+from dynosim._validation import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.measured.aiperf import read_aiperf
-from dynosim.workload.measured.run import MeasuredFormat, MeasuredRun
-from dynosim.workload.measured.vllm_bench import read_vllm_bench, vllm_schedule_s
-from dynosim.workload.reading import read_text
+from dynosim.workload.measured.run import MeasuredFormat, MeasuredRun, read_measured
+from dynosim.workload.measured.vllm_bench import (
+    read_vllm_bench,
+    read_vllm_result,
+    vllm_schedule_s,
+)
 
 #: The formats ``load_measured`` reads.
 MEASURED_FORMATS: tuple[str, ...] = get_args(MeasuredFormat)
@@ -25,8 +30,8 @@ MEASURED_FORMATS: tuple[str, ...] = get_args(MeasuredFormat)
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return json_document(text)
+    except DocumentError:
         return None
 
 
@@ -35,17 +40,22 @@ def detect_format(path: Path) -> MeasuredFormat:
     first record has ``metadata`` and ``metrics`` are AIPerf's, a JSON object with
     ``input_lens`` or ``ttfts`` is ``vllm bench``'s. Anything else raises WorkloadError
     saying what the file looks like instead."""
-    text = read_text(path)
+    return _detect(path, read_measured(path))[0]
+
+
+def _detect(path: Path, text: str) -> tuple[MeasuredFormat, Any]:
+    """:func:`detect_format` of the content ``text`` of ``path``, and the whole document
+    parsed when it is one (a ``vllm bench`` result), so it is parsed once."""
     first = next((line for line in text.split("\n") if line.strip()), None)
     if first is None:
         raise WorkloadError(f"{path}: no records: the file is empty")
-    record = _json(first)
+    record = _json(first) if len(first) <= MAX_LINE_BYTES else None
     if isinstance(record, dict) and "metadata" in record and "metrics" in record:
-        return "aiperf"
+        return "aiperf", None
     whole = _json(text)
     if isinstance(whole, dict):
         if "input_lens" in whole or "ttfts" in whole:
-            return "vllm-bench"
+            return "vllm-bench", whole
         if "records" in whole or "aiperf_version" in whole:
             raise WorkloadError(
                 f"{path}: this is AIPerf's aggregate profile_export_aiperf.json; pass its "
@@ -75,27 +85,32 @@ def load_measured(
     """Read the measured benchmark run at ``path``: the completed requests to replay (as
     :attr:`MeasuredRun.columns`) and what was measured for each (ms).
 
-    ``format`` is ``"aiperf"`` or ``"vllm-bench"``, or None to tell it by the content.
-    ``seed`` is a ``vllm bench serve`` run's ``--seed``, used only to rebuild its arrivals
-    when the file has none (see :mod:`~dynosim.workload.measured.vllm_bench`). A file of the
-    wrong shape raises :class:`~dynosim.errors.WorkloadError` naming the file, line (JSON
-    lines) and field. Replay ``run.columns`` on a deployment, then compare with
+    ``format`` is ``"aiperf"`` or ``"vllm-bench"``, or None to tell it by the content (the
+    file is read once, so a pipe works). ``seed`` is a ``vllm bench serve`` run's ``--seed``,
+    used only to rebuild its arrivals when the file has none (see
+    :mod:`~dynosim.workload.measured.vllm_bench`). A file of the wrong shape raises
+    :class:`~dynosim.errors.WorkloadError` naming the file, line (JSON lines) and field.
+    Replay ``run.columns`` on a deployment, then compare with
     :func:`dynosim.compare_measured`.
     """
     path = Path(path)
-    if format is None:
-        format = detect_format(path)
-    if format not in MEASURED_FORMATS:
+    if format is not None and format not in MEASURED_FORMATS:
         raise WorkloadError(
-            f"unknown measured format {format!r}; choose one of {', '.join(MEASURED_FORMATS)}"
+            f"unknown measured format {shown(format)}; choose one of {', '.join(MEASURED_FORMATS)}"
         )
+    text = read_measured(path)
+    parsed = None
+    if format is None:
+        format, parsed = _detect(path, text)
     if format == "aiperf":
         if seed is not None:
             raise WorkloadError(
                 "seed rebuilds the arrivals of a vllm-bench run; an AIPerf export has them"
             )
-        return read_aiperf(path)
-    return read_vllm_bench(path, seed)
+        return read_aiperf(path, text)
+    if parsed is None:
+        return read_vllm_bench(path, seed, text)
+    return read_vllm_result(path, parsed, seed)
 
 
 __all__ = [

@@ -28,14 +28,22 @@ multi-turn session are replayed as independent requests at their measured starts
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from dynosim._files import MAX_LINE_BYTES
 from dynosim._validation import shown
 from dynosim.errors import WorkloadError
-from dynosim.workload.measured.run import MeasuredRun, Replayed, build_run, measured_value
-from dynosim.workload.reading import read_lines, token_count
+from dynosim.workload.measured.run import (
+    MeasuredRun,
+    Replayed,
+    build_run,
+    check_lines,
+    measured_value,
+    parse_json,
+    read_measured,
+)
+from dynosim.workload.reading import token_count
 
 #: A time metric's unit -> ms.
 _TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}
@@ -83,7 +91,7 @@ def _scale_to_ms(where: str, tag: str, unit: str | None) -> float:
     if unit not in _TO_MS:
         raise WorkloadError(
             f"{where}: field 'metrics.{tag}.unit': expected a time unit "
-            f"({', '.join(_TO_MS)}), got {unit!r}"
+            f"({', '.join(_TO_MS)}), got {shown(unit)}"
         )
     return _TO_MS[unit]
 
@@ -96,7 +104,9 @@ def _time_ms(where: str, metrics: dict[str, Any], tag: str) -> float:
 def _tokens(where: str, metrics: dict[str, Any], tag: str) -> int:
     value, unit, field = _metric(where, metrics, tag)
     if unit not in (None, "tokens"):
-        raise WorkloadError(f"{where}: field 'metrics.{tag}.unit': expected 'tokens', got {unit!r}")
+        raise WorkloadError(
+            f"{where}: field 'metrics.{tag}.unit': expected 'tokens', got {shown(unit)}"
+        )
     return token_count(where, field, value)
 
 
@@ -127,7 +137,8 @@ def _start_ns(where: str, metadata: dict[str, Any], metrics: dict[str, Any]) -> 
         value, unit, field = _metric(where, metrics, "min_request_timestamp")
         if unit not in (None, "ns"):
             raise WorkloadError(
-                f"{where}: field 'metrics.min_request_timestamp.unit': expected 'ns', got {unit!r}"
+                f"{where}: field 'metrics.min_request_timestamp.unit': expected 'ns', got "
+                f"{shown(unit)}"
             )
     if type(value) is not int or value < 0:
         raise WorkloadError(
@@ -150,11 +161,12 @@ def _cancelled(where: str, metadata: dict[str, Any], error: Any) -> bool:
     )
 
 
-def read_aiperf(path: Path) -> MeasuredRun:
+def read_aiperf(path: Path, text: str | None = None) -> MeasuredRun:
     """The measured run in AIPerf's ``profile_export.jsonl`` at ``path`` (see the module's
-    description for the fields read); a record of the wrong shape raises WorkloadError
-    naming the file, line and field."""
-    lines = read_lines(path)
+    description for the fields read; ``text``: its content, when already read); a record of
+    the wrong shape raises WorkloadError naming the file, line and field."""
+    lines = (read_measured(path) if text is None else text).split("\n")
+    check_lines(path, lines, MAX_LINE_BYTES, "an AIPerf record")
     done = Replayed()
     starts_ns: list[int] = []
     counts = {"warmup": 0, "cancelled": 0, "failed": 0}
@@ -163,12 +175,7 @@ def read_aiperf(path: Path) -> MeasuredRun:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(
-                f"{where}: invalid JSON ({exc.msg} at column {exc.colno})"
-            ) from None
+        record = parse_json(where, line)
         if not isinstance(record, dict):
             raise WorkloadError(
                 f"{where}: expected a JSON object (an AIPerf record), got {shown(record, 80)}"

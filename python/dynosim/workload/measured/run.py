@@ -11,9 +11,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dynosim._validation import shown
+from dynosim._documents import DocumentError, json_document
+from dynosim._files import MAX_DOCUMENT_BYTES, read_input
+from dynosim._validation import WorkloadProblems, shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
+from dynosim.workload.reading import decode_text
 
 #: The measured formats, by the name ``--format`` takes.
 MeasuredFormat = Literal["aiperf", "vllm-bench"]
@@ -71,16 +74,67 @@ class MeasuredRun:
         return len(self.columns)
 
 
+def read_measured(path: Path) -> str:
+    """The text of a measured run, read once (a pipe cannot be read twice): a document of at
+    most ``MAX_DOCUMENT_BYTES``, for ``vllm bench serve`` writes its result, gigabytes of it
+    with ``--save-detailed``, on one line; the JSON-lines format bounds its lines itself
+    (:func:`check_lines`)."""
+    return decode_text(
+        path, read_input(path, WorkloadError, "measured run", max_bytes=MAX_DOCUMENT_BYTES)
+    )
+
+
+def check_lines(path: Path, lines: list[str], limit: int, what: str) -> None:
+    """Refuse a line of ``lines`` longer than ``limit`` characters: not ``what``."""
+    for lineno, line in enumerate(lines, start=1):
+        if len(line) > limit:
+            raise WorkloadError(f"{path}:{lineno}: line longer than {limit >> 20} MiB: not {what}")
+
+
+def parse_json(where: str, text: str) -> Any:
+    """A JSON document (a file, or one line of one) at ``where``, within the bounds of
+    :func:`dynosim._documents.json_document`; WorkloadError naming ``where`` otherwise."""
+    try:
+        return json_document(text)
+    except DocumentError as exc:
+        raise WorkloadError(
+            f"{where}: {exc.problem}" + (f" ({exc.where})" if exc.where else "")
+        ) from None
+
+
+def check_schema(model: Any, where: str, data: Any) -> Any:
+    """``data`` validated as the pydantic ``model`` (a measured format's schema); its first
+    problem raises WorkloadError as ``where: field 'path': message``."""
+    try:
+        return model.model_validate(data)
+    except WorkloadProblems as exc:
+        path, message = exc.problems[0]
+        raise WorkloadError(
+            f"{where}: field {path!r}: {message}" if path else f"{where}: {message}"
+        ) from None
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None: not a number (a bool neither: True is an int),
+    not finite, or an integer past what a float holds."""
+    # type() rather than isinstance(): True is an int, and a measured time is not a bool.
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) is int and abs(value) < 2**1023:
+        return float(value)
+    return None
+
+
 def measured_value(where: str, key: str, value: Any, unit: str) -> float:
     """``value`` of field ``key`` at ``where`` as a finite number >= 0 (in ``unit``, for the
     message)."""
-    # type() rather than isinstance(): True is an int, and a measured time is not a bool.
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+    number = finite(value)
+    if number is None or number < 0:
         raise WorkloadError(
             f"{where}: field {key!r}: expected a finite number >= 0 ({unit}), "
             f"got {shown(value, 80)}"
         )
-    return float(value)
+    return number
 
 
 @dataclass
@@ -187,4 +241,15 @@ def build_run(
     )
 
 
-__all__ = ["MeasuredFormat", "MeasuredRun", "Replayed", "build_run", "measured_value"]
+__all__ = [
+    "MeasuredFormat",
+    "MeasuredRun",
+    "Replayed",
+    "build_run",
+    "check_lines",
+    "check_schema",
+    "finite",
+    "measured_value",
+    "parse_json",
+    "read_measured",
+]

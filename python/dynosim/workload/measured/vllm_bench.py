@@ -25,33 +25,61 @@ same law otherwise.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import ConfigDict
 
-from dynosim._validation import shown
+from dynosim._validation import Problems, StrictModel, WorkloadProblems, shown
 from dynosim.errors import WorkloadError
-from dynosim.workload.measured.run import MeasuredRun, Replayed, build_run, measured_value
-from dynosim.workload.reading import read_text, token_count
+from dynosim.workload.measured.run import (
+    MeasuredRun,
+    Replayed,
+    build_run,
+    check_schema,
+    finite,
+    measured_value,
+    parse_json,
+    read_measured,
+)
+from dynosim.workload.reading import token_count
 
 #: The per-request lists every detailed result has.
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 _OPTIONAL = ("start_times", "latencies")
 
 
+class VllmBenchResult(StrictModel):
+    """The schema of a ``--save-detailed`` result, checked whole before it is read: the
+    per-request lists are lists (``errors`` too: null is no list), the optional ones lists
+    or absent. Each entry is checked as it is read (a failed request's other entries are not
+    read). Other fields of the result are kept, unchecked."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    _error: ClassVar[type[Problems]] = WorkloadProblems
+
+    input_lens: list[Any]
+    output_lens: list[Any]
+    ttfts: list[Any]
+    itls: list[Any]
+    errors: list[Any]
+    start_times: list[Any] | None = None
+    latencies: list[Any] | None = None
+
+
 def _rate(path: Path, data: dict[str, Any], key: str) -> float:
     value = data.get(key)
     if value == "inf":
         return math.inf
-    if type(value) not in (int, float) or not value > 0:
+    rate = finite(value)
+    if rate is None or not rate > 0:
         raise WorkloadError(
             f"{path}: field {key!r}: expected a rate > 0 (requests/s) or 'inf' to rebuild the "
             f"arrivals (the file has no start_times), got {shown(value, 80)}"
         )
-    return float(value)
+    return rate
 
 
 def vllm_schedule_s(
@@ -97,13 +125,8 @@ def _lists(path: Path, data: dict[str, Any]) -> dict[str, list[Any]]:
             f"{path}: field {missing[0]!r}: missing (vllm bench serve writes the per-request "
             "lists with --save-result --save-detailed)"
         )
+    check_schema(VllmBenchResult, str(path), data)
     lists = {key: data[key] for key in (*REQUIRED, *_OPTIONAL) if data.get(key) is not None}
-    for key, value in lists.items():
-        if not isinstance(value, list):
-            raise WorkloadError(
-                f"{path}: field {key!r}: expected a list (one entry per request), "
-                f"got {shown(value, 80)}"
-            )
     n = len(lists["input_lens"])
     for key, value in lists.items():
         if len(value) != n:
@@ -133,10 +156,12 @@ def _seed(path: Path, data: dict[str, Any], seed: int | None) -> tuple[int, str]
 
 def _arrivals(path: Path, data: dict[str, Any], n: int, seed: int | None) -> tuple[Any, str]:
     """Send times (s) of all ``n`` requests rebuilt from the run's settings, and a note."""
-    burstiness = data.get("burstiness", 1.0)
-    if type(burstiness) not in (int, float) or not burstiness > 0:
+    given = data.get("burstiness", 1.0)
+    # Infinite burstiness is vLLM's constant rate.
+    burstiness = math.inf if type(given) is float and given == math.inf else finite(given)
+    if burstiness is None or not burstiness > 0:
         raise WorkloadError(
-            f"{path}: field 'burstiness': expected a number > 0, got {shown(burstiness, 80)}"
+            f"{path}: field 'burstiness': expected a number > 0, got {shown(given, 80)}"
         )
     run_seed, origin = _seed(path, data, seed)
     ramp_up = None
@@ -158,29 +183,29 @@ def _arrivals(path: Path, data: dict[str, Any], n: int, seed: int | None) -> tup
         f"schedule for {what}, seed {run_seed} ({origin})"
     )
     if data.get("max_concurrency") is not None:
+        most = shown(data["max_concurrency"])
         note += (
-            f"; the run held at most {data['max_concurrency']} requests in flight and sent "
-            f"later ones when a slot freed (--concurrency {data['max_concurrency']} replays "
-            "that limit)"
+            f"; the run held at most {most} requests in flight and sent later ones when a "
+            f"slot freed (--concurrency {most} replays that limit)"
         )
     return vllm_schedule_s(n, rate, float(burstiness), run_seed, ramp_up), note
 
 
-def read_vllm_bench(path: Path, seed: int | None = None) -> MeasuredRun:
+def read_vllm_bench(path: Path, seed: int | None = None, text: str | None = None) -> MeasuredRun:
     """The measured run in the ``vllm bench serve`` result JSON at ``path`` (see the module's
-    description for the fields read). ``seed`` is the benchmark's ``--seed``, used only to
-    rebuild arrivals when the file has no ``start_times`` (None: the file's
-    ``--metadata seed=N``, else vLLM's default 0). A file of the wrong shape raises
-    WorkloadError naming the file and the field (``ttfts[3]``: the fourth request's)."""
-    text = read_text(path)
+    description for the fields read; ``text``: its content, when already read). ``seed`` is
+    the benchmark's ``--seed``, used only to rebuild arrivals when the file has no
+    ``start_times`` (None: the file's ``--metadata seed=N``, else vLLM's default 0). A file of
+    the wrong shape raises WorkloadError naming the file and the field (``ttfts[3]``: the
+    fourth request's)."""
+    text = read_measured(path) if text is None else text
     if not text.strip():
         raise WorkloadError(f"{path}: no records: the file is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(
-            f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
+    return read_vllm_result(path, parse_json(str(path), text), seed)
+
+
+def read_vllm_result(path: Path, data: Any, seed: int | None = None) -> MeasuredRun:
+    """:func:`read_vllm_bench` of the result's parsed JSON ``data``."""
     if not isinstance(data, dict):
         raise WorkloadError(
             f"{path}: expected a JSON object (a vllm bench serve result), got {shown(data, 80)}"
@@ -233,8 +258,9 @@ def read_vllm_bench(path: Path, seed: int | None = None) -> MeasuredRun:
         schedule_s, note = _arrivals(path, data, n, seed)
         starts = (schedule_s[rows] * 1e3).tolist()
         notes.append(note)
-        if type(data.get("duration")) in (int, float):
-            duration_ms = float(data["duration"]) * 1e3
+        duration_s = finite(data.get("duration"))
+        if duration_s is not None:
+            duration_ms = duration_s * 1e3
             notes.append(
                 "measured throughput over the run's own duration (from the benchmark start; "
                 "its first request was sent a gap later)"
@@ -242,4 +268,10 @@ def read_vllm_bench(path: Path, seed: int | None = None) -> MeasuredRun:
     return build_run(path, "vllm-bench", done, starts, n, counts, notes, duration_ms)
 
 
-__all__ = ["REQUIRED", "read_vllm_bench", "vllm_schedule_s"]
+__all__ = [
+    "REQUIRED",
+    "VllmBenchResult",
+    "read_vllm_bench",
+    "read_vllm_result",
+    "vllm_schedule_s",
+]

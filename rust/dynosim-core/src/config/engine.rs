@@ -86,14 +86,15 @@ pub struct EngineConfig {
     pub backend: Backend,
     /// Tokens per KV block (all flavours; default by flavour).
     pub block_size: Option<u32>,
-    /// KV blocks of one rank's GPU cache. Unset (`null` or absent): `DEFAULT_NUM_GPU_BLOCKS`;
-    /// the Python layer sets it first from the role's model and GPU when its timing names them.
+    /// KV blocks of one rank's GPU cache (each of a worker's `data_parallel_size` ranks has
+    /// its own). Unset (`null` or absent): `DEFAULT_NUM_GPU_BLOCKS`; the Python layer sets it
+    /// first from the role's model and GPU when its timing names them.
     #[serde(deserialize_with = "blocks_or_default")]
     pub num_gpu_blocks: u32,
     /// Share of a GPU's memory the engine takes for weights, activations and KV cache (vLLM's
     /// `gpu_memory_utilization`): what the Python layer sizes `num_gpu_blocks` from.
     pub gpu_memory_utilization: f64,
-    /// Most requests running at once on a worker.
+    /// Most requests running at once on one rank (each of a worker's ranks has its own).
     pub max_num_seqs: u32,
     /// GPUs one rank spans (tensor parallelism); part of the timing key and the GPU count.
     pub tensor_parallel_size: u32,
@@ -106,6 +107,15 @@ pub struct EngineConfig {
     pub enable_chunked_prefill: Option<bool>,
     /// vLLM: which running request a KV shortage preempts.
     pub preemption_mode: Option<PreemptionMode>,
+    /// vLLM: form each pass while the one before it runs (vLLM's async scheduling, its default
+    /// since 0.11.1): a request reaching a busy rank waits for the pass already formed.
+    pub async_scheduling: Option<bool>,
+    /// vLLM: admit a waiting request only if blocks for its whole prompt are free (vLLM 0.19's
+    /// `scheduler_reserve_full_isl`), not just for its first chunk.
+    pub scheduler_reserve_full_isl: Option<bool>,
+    /// vLLM: run every pass without CUDA graphs; with them (the default) a pass of at most
+    /// the largest captured size computes as many tokens as the captured size it is padded to.
+    pub enforce_eager: Option<bool>,
     /// TensorRT-LLM: token budget of one forward pass (generation tokens counted first).
     pub max_num_tokens: Option<u32>,
     /// TensorRT-LLM: the capacity scheduler's policy.
@@ -157,6 +167,9 @@ pub struct VllmSettings {
     pub max_num_batched_tokens: u32,
     pub enable_chunked_prefill: bool,
     pub preemption_mode: PreemptionMode,
+    pub async_scheduling: bool,
+    pub scheduler_reserve_full_isl: bool,
+    pub enforce_eager: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -191,6 +204,9 @@ impl FlavourDefaults {
                     max_num_batched_tokens: 8192,
                     enable_chunked_prefill: true,
                     preemption_mode: PreemptionMode::Lifo,
+                    async_scheduling: true,
+                    scheduler_reserve_full_isl: true,
+                    enforce_eager: false,
                 }),
             },
             Backend::Trtllm => FlavourDefaults {
@@ -254,6 +270,11 @@ impl EngineConfig {
                 .enable_chunked_prefill
                 .unwrap_or(d.enable_chunked_prefill),
             preemption_mode: self.preemption_mode.unwrap_or(d.preemption_mode),
+            async_scheduling: self.async_scheduling.unwrap_or(d.async_scheduling),
+            scheduler_reserve_full_isl: self
+                .scheduler_reserve_full_isl
+                .unwrap_or(d.scheduler_reserve_full_isl),
+            enforce_eager: self.enforce_eager.unwrap_or(d.enforce_eager),
         }
     }
 
@@ -305,6 +326,24 @@ impl EngineConfig {
         }
     }
 
+    /// The token counts a vLLM engine captures CUDA graphs for (none with `enforce_eager`, or
+    /// for another flavour), ascending, as vLLM's defaults derive them: 1, 2, 4, every 8 up to
+    /// 248, then every 16, up to the largest, min(2 x max_num_seqs, 512, max_num_batched_tokens).
+    pub fn cuda_graph_sizes(&self) -> Vec<u32> {
+        if self.backend != Backend::Vllm || self.vllm().enforce_eager {
+            return Vec::new();
+        }
+        let largest = (2 * self.max_num_seqs)
+            .min(512)
+            .min(self.vllm().max_num_batched_tokens);
+        [1, 2, 4]
+            .into_iter()
+            .chain((8..256).step_by(8))
+            .chain((256..=512).step_by(16))
+            .filter(|&s| s <= largest)
+            .collect()
+    }
+
     /// This engine with every setting of its flavour set (its defaults where unset).
     pub fn with_defaults(&self) -> EngineConfig {
         let mut e = EngineConfig {
@@ -317,6 +356,9 @@ impl EngineConfig {
                 e.max_num_batched_tokens = Some(s.max_num_batched_tokens);
                 e.enable_chunked_prefill = Some(s.enable_chunked_prefill);
                 e.preemption_mode = Some(s.preemption_mode);
+                e.async_scheduling = Some(s.async_scheduling);
+                e.scheduler_reserve_full_isl = Some(s.scheduler_reserve_full_isl);
+                e.enforce_eager = Some(s.enforce_eager);
             }
             Backend::Trtllm => {
                 let s = self.trtllm();
@@ -341,7 +383,7 @@ impl EngineConfig {
     }
 
     /// The optional settings that are set, by name, with the flavour each belongs to.
-    fn flavour_settings_set(&self) -> [(&'static str, Backend, bool); 15] {
+    fn flavour_settings_set(&self) -> [(&'static str, Backend, bool); 18] {
         use Backend::{Sglang, Trtllm, Vllm};
         [
             (
@@ -355,6 +397,13 @@ impl EngineConfig {
                 self.enable_chunked_prefill.is_some(),
             ),
             ("preemption_mode", Vllm, self.preemption_mode.is_some()),
+            ("async_scheduling", Vllm, self.async_scheduling.is_some()),
+            (
+                "scheduler_reserve_full_isl",
+                Vllm,
+                self.scheduler_reserve_full_isl.is_some(),
+            ),
+            ("enforce_eager", Vllm, self.enforce_eager.is_some()),
             ("max_num_tokens", Trtllm, self.max_num_tokens.is_some()),
             (
                 "capacity_scheduler",
@@ -420,6 +469,9 @@ impl Default for EngineConfig {
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,
             preemption_mode: None,
+            async_scheduling: None,
+            scheduler_reserve_full_isl: None,
+            enforce_eager: None,
             max_num_tokens: None,
             capacity_scheduler: None,
             enable_chunked_context: None,

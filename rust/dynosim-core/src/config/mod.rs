@@ -23,7 +23,10 @@ pub use kv_transfer::{FirstToken, KvShape, KvTransferConfig, LinkModel, Transfer
 pub use offload::{Duplex, InFlight, OffloadConfig, OffloadWrites};
 pub use report::{ReportConfig, SlaConfig};
 pub use resolved::{Resolved, RoleView, TransferView};
-pub use timing::{AicTiming, FixedTiming, OpTables, PolynomialTiming, TableTiming, TimingConfig};
+pub use timing::{
+    AicTiming, FixedTiming, MixedDecodeAttention, OpTables, PolynomialTiming, TableTiming,
+    TimingConfig,
+};
 
 /// Settings of one role in disaggregated mode; each one given replaces the shared `engine` or
 /// `timing` section as a whole for that role.
@@ -138,10 +141,12 @@ impl SimConfig {
             .validate(self.kv_transfer.bytes_per_token(), model_named)
     }
 
-    /// `validate`, and that every role the replay runs has a timing model the simulator
-    /// prices itself: an `aic` section must be resolved into its `table` first.
+    /// `validate`, no setting the replay would not read, and that every role the replay runs
+    /// has a timing model the simulator prices itself: an `aic` section must be resolved into
+    /// its `table` first.
     pub fn check_replayable(&self) -> Result<()> {
         self.validate()?;
+        self.check_no_idle_settings()?;
         for (role, _) in self.roles() {
             if let TimingConfig::Aic(_) = self.role(role).1 {
                 return Err(SimError::config(
@@ -152,6 +157,30 @@ impl SimConfig {
             }
         }
         Ok(())
+    }
+
+    /// A setting the replay would not read is a mistake, named: a role's own section in
+    /// aggregated mode, a tier setting without tiers. Checked on the configuration that runs,
+    /// not on every document: a file's role sections or tier rates may be completed by the
+    /// serving mode or the G2 size another source (a flag) gives.
+    fn check_no_idle_settings(&self) -> Result<()> {
+        if self.cluster.mode == ServingMode::Aggregated {
+            for (name, role) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+                let given = [
+                    ("engine", role.engine.is_some()),
+                    ("timing", role.timing.is_some()),
+                ];
+                if let Some((section, _)) = given.iter().find(|(_, set)| *set) {
+                    return Err(SimError::config(
+                        &format!("{name}.{section}"),
+                        "a role's own section applies to disaggregated serving, and \
+                         cluster.mode is aggregated: move its settings to the shared section, \
+                         or set cluster.mode: disaggregated",
+                    ));
+                }
+            }
+        }
+        self.offload.no_setting_without_tiers()
     }
 
     /// The ranks (each a scheduler) and GPUs of every pool the replay runs stay within their
@@ -275,6 +304,17 @@ pub enum Role {
     Prefill,
     /// Decodes requests whose KV arrived from a prefill worker.
     Decode,
+}
+
+impl Role {
+    /// The role's name as configurations and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Aggregated => "aggregated",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
 }
 
 pub(crate) fn positive(field: &str, value: f64) -> Result<()> {
@@ -466,7 +506,7 @@ mod tests {
                  64 = 6,400,000,000 tokens per rank, more than the limit of 4,294,967,295",
             ),
             (
-                r#"{"prefill": {"engine": {"block_size": 65537}}}"#,
+                r#"{"cluster": {"mode": "disaggregated"}, "prefill": {"engine": {"block_size": 65537}}}"#,
                 "prefill.engine.block_size: must be between 1 and 65,536, got 65537",
             ),
             (

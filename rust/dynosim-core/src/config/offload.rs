@@ -93,6 +93,34 @@ impl Default for OffloadConfig {
 }
 
 impl OffloadConfig {
+    /// Without tiers the section's other settings do nothing: one that differs from its
+    /// default is a mistake, named (a G3 without G2 is refused by `validate`).
+    pub(super) fn no_setting_without_tiers(&self) -> Result<()> {
+        if self.enabled() {
+            return Ok(());
+        }
+        let d = OffloadConfig::default();
+        let changed = [
+            ("offload.g1_g2_gbps", self.g1_g2_gbps != d.g1_g2_gbps),
+            ("offload.g2_g3_gbps", self.g2_g3_gbps != d.g2_g3_gbps),
+            ("offload.g1_g2_read_gbps", self.g1_g2_read_gbps.is_some()),
+            ("offload.g1_g2_write_gbps", self.g1_g2_write_gbps.is_some()),
+            ("offload.g2_g3_read_gbps", self.g2_g3_read_gbps.is_some()),
+            ("offload.g2_g3_write_gbps", self.g2_g3_write_gbps.is_some()),
+            ("offload.g3_duplex", self.g3_duplex != d.g3_duplex),
+            ("offload.writes", self.writes != d.writes),
+            ("offload.in_flight", self.in_flight != d.in_flight),
+        ];
+        match changed.iter().find(|(_, set)| *set) {
+            Some((field, _)) => Err(SimError::config(
+                field,
+                "applies to the offload tiers, and there are none: set offload.g2_blocks \
+                 (--g2-blocks) to have them, or leave it at its default",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the tiers exist.
     pub fn enabled(&self) -> bool {
         self.g2_blocks.is_some()

@@ -37,12 +37,16 @@ impl SlaConfig {
 pub struct ReportConfig {
     /// Interval of the time series (queue depth, running requests, KV blocks) in ms.
     pub sample_interval_ms: f64,
+    /// Keep where the time went: each rank's passes by kind with the parts of their priced
+    /// time, and each request's time to first token by stage (costs memory per pass).
+    pub explain: bool,
 }
 
 impl Default for ReportConfig {
     fn default() -> Self {
         ReportConfig {
             sample_interval_ms: 1000.0,
+            explain: false,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Which GPU step-time model a role uses, and its parameters.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::limits::{
@@ -68,6 +70,11 @@ pub struct OpTables {
     pub tokens: Vec<f64>,
     /// Every operator but attention (GEMMs, MoE, norms, communication) over `tokens` (ms).
     pub non_attention_ms: Vec<f64>,
+    /// `non_attention_ms` split by family of operations (e.g. `gemm`, `moe`, `communication`,
+    /// `elementwise`), each over `tokens` (ms) and together summing to it: only what a replay's
+    /// explanation shows (empty: one `non_attention` part).
+    #[serde(default)]
+    pub non_attention_parts: BTreeMap<String, Vec<f64>>,
     /// Axes of prefill attention: chunks in the pass, mean new tokens per chunk, and mean
     /// earlier tokens per chunk (a cached prefix or earlier chunks of the same prompt).
     pub chunk_batch: Vec<f64>,
@@ -81,6 +88,27 @@ pub struct OpTables {
     pub decode_context: Vec<f64>,
     /// Decode attention (ms), `[batch][context]`.
     pub decode_attention_ms: Vec<Vec<f64>>,
+    /// Decode rows in a pass that also prefills cost this many times their attention in a pass
+    /// of decodes only (an engine whose attention kernel runs them with the prefill rows loses
+    /// the decode kernel's sharing of a KV head among its query heads). 1: priced as decodes.
+    #[serde(default = "OpTables::one")]
+    pub mixed_decode_factor: f64,
+    /// Measured instead of the factor: the attention of the decode rows in a mixed pass.
+    #[serde(default)]
+    pub mixed_decode_attention: Option<MixedDecodeAttention>,
+}
+
+/// The attention of the decode rows of a pass that also prefills (ms), over the decode rows,
+/// their mean context (this step's token included) and the pass's prefill tokens, interpolated
+/// multilinearly and extrapolated linearly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixedDecodeAttention {
+    pub batch: Vec<f64>,
+    pub context: Vec<f64>,
+    pub prefill_tokens: Vec<f64>,
+    /// `[batch][context][prefill_tokens]` (ms).
+    pub ms: Vec<Vec<Vec<f64>>>,
 }
 
 /// Step times from AIConfigurator's performance database. The simulator itself reads tables
@@ -111,6 +139,11 @@ pub struct AicTiming {
     /// experts `ep` ways, each expert over tp x dp / ep GPUs.
     #[serde(default = "AicTiming::one")]
     pub ep: u32,
+    /// A profile (.npz) of the attention of decode rows in passes that also prefill, measured
+    /// on the system's GPU: it prices them instead of the backend's rule (read by the layer
+    /// that builds the tables).
+    #[serde(default)]
+    pub mixed_decode_profile: Option<String>,
 }
 
 impl AicTiming {
@@ -126,6 +159,7 @@ impl AicTiming {
             "tp": Self::one(),
             "dp": Self::one(),
             "ep": Self::one(),
+            "mixed_decode_profile": null,
         })
     }
 }
@@ -258,6 +292,7 @@ impl OpTables {
             &self.non_attention_ms,
             self.tokens.len(),
         )?;
+        self.validate_parts(section)?;
         let field = format!("{section}.context_attention_ms");
         if self.context_attention_ms.len() != self.chunk_batch.len() {
             return Err(SimError::config(
@@ -282,7 +317,90 @@ impl OpTables {
             &self.decode_attention_ms,
             self.decode_batch.len(),
             self.decode_context.len(),
-        )
+        )?;
+        positive_within(
+            &format!("{section}.mixed_decode_factor"),
+            self.mixed_decode_factor,
+            MIN_RATIO,
+            MAX_RATIO,
+        )?;
+        match &self.mixed_decode_attention {
+            Some(m) => m.validate(&format!("{section}.mixed_decode_attention")),
+            None => Ok(()),
+        }
+    }
+
+    fn one() -> f64 {
+        1.0
+    }
+
+    /// Each part is a latency per `tokens` point, and at every point they sum to
+    /// `non_attention_ms` (within 1e-6 relative: they come from the same measurements).
+    fn validate_parts(&self, section: &str) -> Result<()> {
+        if self.non_attention_parts.is_empty() {
+            return Ok(());
+        }
+        let mut sums = vec![0.0; self.tokens.len()];
+        for (name, values) in &self.non_attention_parts {
+            let field = format!("{section}.non_attention_parts.{name}");
+            let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_';
+            if name.is_empty() || !name.bytes().all(allowed) {
+                return Err(SimError::config(
+                    &field,
+                    "a part's name is lowercase letters, digits and underscores".to_string(),
+                ));
+            }
+            validate_latencies(&field, values, self.tokens.len())?;
+            for (sum, v) in sums.iter_mut().zip(values) {
+                *sum += v;
+            }
+        }
+        for (i, (&sum, &total)) in sums.iter().zip(&self.non_attention_ms).enumerate() {
+            if (sum - total).abs() > 1e-6 * total.abs().max(1e-3) {
+                return Err(SimError::config(
+                    &format!("{section}.non_attention_parts"),
+                    format!(
+                        "the parts sum to {sum} ms at tokens[{i}] = {}, but non_attention_ms \
+                         there is {total}",
+                        self.tokens[i]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MixedDecodeAttention {
+    fn validate(&self, section: &str) -> Result<()> {
+        validate_axes(
+            section,
+            &[
+                ("batch", &self.batch),
+                ("context", &self.context),
+                ("prefill_tokens", &self.prefill_tokens),
+            ],
+        )?;
+        let field = format!("{section}.ms");
+        if self.ms.len() != self.batch.len() {
+            return Err(SimError::config(
+                &field,
+                format!(
+                    "needs {} planes (one per batch point), got {}",
+                    self.batch.len(),
+                    self.ms.len()
+                ),
+            ));
+        }
+        for (i, plane) in self.ms.iter().enumerate() {
+            validate_grid(
+                &format!("{field}[{i}]"),
+                plane,
+                self.context.len(),
+                self.prefill_tokens.len(),
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -259,6 +259,21 @@ impl RadixCache {
         }
     }
 
+    /// Each node's lock count, by node, and the counts that one lock on each of `holders` (the
+    /// root for none) implies: what the scheduler's debug checks compare.
+    #[cfg(debug_assertions)]
+    pub fn lock_counts(&self, holders: impl Iterator<Item = NodeId>) -> (Vec<u32>, Vec<u32>) {
+        let counted = self.nodes.iter().map(|n| n.lock).collect();
+        let mut implied = vec![0u32; self.nodes.len()];
+        for mut node in holders {
+            while node != ROOT {
+                implied[node as usize] += 1;
+                node = self.nodes[node as usize].parent;
+            }
+        }
+        (counted, implied)
+    }
+
     /// Release one `lock` of `node`.
     pub fn unlock(&mut self, mut node: NodeId) {
         while node != ROOT {

@@ -31,18 +31,34 @@ pub enum SlotIndex {
     Hashed(HashedSlots),
 }
 
+/// Bytes the hash table takes per identity held, at most: 8-byte entries, at most half
+/// full, doubling as it grows.
+pub const HASHED_BYTES_PER_HELD: u64 = 32;
+
+/// Which index a cache of `capacity` blocks over `ids` identities takes: the bytes of one
+/// entry of a dense array, or `None` for the hash table.
+fn dense_entry_bytes(capacity: u32, ids: u64) -> Option<u64> {
+    let entry_bytes = if capacity < u32::from(u16::MAX) { 2 } else { 4 };
+    let budget = DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity));
+    (ids * entry_bytes <= budget).then_some(entry_bytes)
+}
+
+/// The most bytes the index of a cache of `capacity` blocks over `ids` identities takes, of
+/// which at most `held` are in the cache at once.
+pub fn index_bytes(capacity: u32, ids: u64, held: u64) -> u64 {
+    match dense_entry_bytes(capacity, ids) {
+        Some(entry) => ids * entry,
+        None => held * HASHED_BYTES_PER_HELD,
+    }
+}
+
 impl SlotIndex {
     /// The index of a cache of `capacity` blocks over identities below `ids`.
     pub fn new(capacity: u32, ids: BlockId) -> Self {
-        let narrow = capacity < u32::from(u16::MAX);
-        let entry_bytes = if narrow { 2 } else { 4 };
-        let budget = DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity));
-        if u64::from(ids) * entry_bytes > budget {
-            SlotIndex::Hashed(HashedSlots::default())
-        } else if narrow {
-            SlotIndex::Narrow(vec![0; ids as usize])
-        } else {
-            SlotIndex::Wide(vec![0; ids as usize])
+        match dense_entry_bytes(capacity, u64::from(ids)) {
+            None => SlotIndex::Hashed(HashedSlots::default()),
+            Some(2) => SlotIndex::Narrow(vec![0; ids as usize]),
+            Some(_) => SlotIndex::Wide(vec![0; ids as usize]),
         }
     }
 

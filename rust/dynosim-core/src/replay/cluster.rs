@@ -1,17 +1,19 @@
 //! The cluster under replay: its workers and their ranks, the routers, the KV transfers
 //! between prefill and decode ranks, and the offload tiers; what each event does to them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
+use crate::explain::{PartNames, RankBreakdown};
 use crate::offload::{Onboard, Tiers};
 use crate::prepared::PreparedWorkload;
 use crate::report::Records;
 use crate::router::Router;
 use crate::scheduler::Scheduler;
-use crate::timing::StepTimer;
+use crate::timing::{PassShape, StepTimer};
 use crate::transfer::Transport;
 use crate::workload::Workload;
 
@@ -55,10 +57,10 @@ impl Worker {
     /// The rank of this worker a request goes to: the least loaded as vLLM's data-parallel
     /// balancer scores load (`Scheduler::load_score`), ties to the lowest rank. `handed(r)`
     /// counts requests already sent to rank `r` that it has not taken in yet (handoffs waiting
-    /// for a block reservation): they wait there, as vLLM counts each dispatch at once.
+    /// for a block reservation).
     fn pick_rank(&self, ranks: &[Scheduler], handed: impl Fn(usize) -> Handed) -> usize {
         self.ranks()
-            .min_by_key(|&r| ranks[r].load_score() + 4 * handed(r).requests)
+            .min_by_key(|&r| ranks[r].load_score(handed(r).requests))
             .expect("a worker has at least one rank")
     }
 }
@@ -106,6 +108,9 @@ pub(super) struct Cluster {
     ends_send: bool,
     /// Arrivals, pass ends and transfer ends processed.
     pub(super) events: u64,
+    /// Scratch: the shapes of the passes a grouped pass's ranks start, and each rank's tokens.
+    shapes: Vec<(usize, PassShape)>,
+    lockstep_tokens: Vec<u64>,
 }
 
 impl Cluster {
@@ -165,7 +170,8 @@ impl Cluster {
                     pass_end_ms: f64::NAN,
                 });
                 for _ in 0..dp {
-                    let timer = StepTimer::new(timing.clone(), kv_tokens);
+                    let timer = StepTimer::new(timing.clone(), kv_tokens)
+                        .with_graph_sizes(engine.cuda_graph_sizes());
                     ranks.push(Scheduler::new(
                         role,
                         engine,
@@ -197,6 +203,11 @@ impl Cluster {
                 rank.record_evictions();
             }
         }
+        if config.report.explain {
+            for rank in &mut ranks {
+                rank.explain();
+            }
+        }
         Ok(Cluster {
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
@@ -215,6 +226,8 @@ impl Cluster {
             heads: Vec::new(),
             ends_send,
             events: 0,
+            shapes: Vec::new(),
+            lockstep_tokens: Vec::new(),
             ranks,
             workers,
             num_prefill,
@@ -274,7 +287,7 @@ impl Cluster {
     pub(super) fn send(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
         self.events += 1;
         records.arrival_ms[i] = now;
-        self.arrive(workload, i, records);
+        self.arrive(workload, i, now, records);
     }
 
     /// Offload tiers: copy what rank `r`'s G1 evicted since the last call down to its G2 at
@@ -294,7 +307,8 @@ impl Cluster {
     /// Offload tiers: look up the requests rank `rank` could admit next in G2/G3; those whose
     /// blocks right after the G1 prefix hit are there, and that G1 can hold now, leave the queue
     /// while the blocks are onboarded (just before they would be admitted, so the blocks are
-    /// still there when they are).
+    /// still there when they are). One whose hit G1 cannot hold now is looked up again before
+    /// the next pass, as vLLM asks its connector again at every step a request waits.
     fn onboard_heads(&mut self, rank: usize, now: f64, records: &mut Records) -> Result<()> {
         // Decode ranks take their prompts from KV transfers (and from their tiers at
         // reservation, `reserve`): a request preempted there recomputes from what G1 holds.
@@ -308,11 +322,14 @@ impl Cluster {
         self.ranks[rank].take_unchecked_heads(&mut heads);
         for &handle in &heads {
             let sched = &mut self.ranks[rank];
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let i = sched.request_of(handle);
             let hit = sched.prefix_hit(i, ids);
             let g1 = hit.blocks as usize;
             let (k2, k3) = tiers.lookup(rank, &ids[g1..]);
+            // A request is looked up again only after G1 had no room for the hit it found:
+            // count it skipped once.
+            let again = records.g2_hit_blocks[i] + records.g3_hit_blocks[i] > 0;
             records.g1_hit_blocks[i] = hit.blocks;
             records.g2_hit_blocks[i] = k2;
             records.g3_hit_blocks[i] = k3;
@@ -320,11 +337,13 @@ impl Cluster {
                 continue;
             }
             if !sched.hold_for_onboard(handle, hit, k2 + k3) {
-                tiers.skip_onboard(rank);
+                if !again {
+                    tiers.skip_onboard(rank);
+                }
                 continue;
             }
             sched.unqueue(handle);
-            let ids = sched.prompt_ids(handle);
+            let ids = sched.reusable_ids(handle);
             let (a, b) = (g1 + k2 as usize, g1 + (k2 + k3) as usize);
             let (g2, g3) = (&ids[g1..a], &ids[a..b]);
             tiers.start_onboard(now, rank, handle, i as u32, None, g2, g3)?;
@@ -352,8 +371,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Route arriving request `i`: reject it if it can never be served, else queue it.
-    fn arrive(&mut self, workload: &Workload, i: usize, records: &mut Records) {
+    /// Route request `i`, arriving at `now`: reject it if it can never be served, else queue
+    /// it.
+    fn arrive(&mut self, workload: &Workload, i: usize, now: f64, records: &mut Records) {
         let front = if self.disaggregated() {
             self.num_prefill
         } else {
@@ -381,22 +401,25 @@ impl Cluster {
         match verdict {
             Some(reason) => records.reject(i, reason),
             None => {
-                self.ranks[rank].enqueue(workload, i);
+                self.ranks[rank].enqueue(workload, i, now);
                 self.touch(w);
             }
         }
     }
 
     /// Start a grouped pass on idle worker `w`: every rank with work plans its pass, and the
-    /// group ends when the slowest rank ends. Returns the group's duration (ms), if any rank
-    /// scheduled anything.
+    /// group ends when the slowest rank ends. A worker of several data-parallel ranks passes
+    /// in lockstep: each rank's price counts what the group makes it compute (a rank without
+    /// work runs a dummy pass). Returns the group's duration (ms), if any rank scheduled
+    /// anything.
     pub(super) fn start_pass(
         &mut self,
         w: usize,
         now: f64,
         records: &mut Records,
     ) -> Result<Option<f64>> {
-        let mut longest: Option<f64> = None;
+        let mut shapes = std::mem::take(&mut self.shapes);
+        shapes.clear();
         for r in self.workers[w].ranks() {
             self.onboard_heads(r, now, records)?;
             let rank = &mut self.ranks[r];
@@ -407,7 +430,7 @@ impl Cluster {
             self.offload_evicted(r, now)?;
             let rank = &self.ranks[r];
             match planned {
-                Some(ms) => longest = Some(longest.map_or(ms, |l: f64| l.max(ms))),
+                Some(shape) => shapes.push((r, shape)),
                 // The queue head waits for blocks tied to KV transfers or onboarding; their end
                 // touches us.
                 None if rank.awaits_transfers() => {}
@@ -423,6 +446,23 @@ impl Cluster {
                 }
             }
         }
+        let worker = &self.workers[w];
+        let lockstep = (worker.ranks > 1 && !shapes.is_empty()).then(|| {
+            let tokens = &mut self.lockstep_tokens;
+            tokens.clear();
+            tokens.resize(worker.ranks, 0);
+            for (r, shape) in &shapes {
+                tokens[r - worker.first_rank] =
+                    shape.prefill_tokens + u64::from(shape.decode_requests);
+            }
+            self.ranks[worker.first_rank].timer().lockstep(tokens)
+        });
+        let mut longest: Option<f64> = None;
+        for (r, shape) in &shapes {
+            let ms = self.ranks[*r].price_pass(shape, lockstep.as_ref(), now);
+            longest = Some(longest.map_or(ms, |l: f64| l.max(ms)));
+        }
+        self.shapes = shapes;
         self.workers[w].busy = longest.is_some();
         Ok(longest)
     }
@@ -510,10 +550,17 @@ impl Cluster {
                     }
                     _ => (0, 0, 0),
                 };
+                let prompt = workload.input_length[r];
                 let tokens = match self.sizing {
-                    TransferSizing::FullPrompt => workload.input_length[r],
+                    TransferSizing::FullPrompt => prompt,
                     TransferSizing::DestinationMissing => {
-                        workload.input_length[r] - cached - (k2 + k3) * bs
+                        // The decode rank holds the union of its G1 prefix and the tier blocks
+                        // after its last full G1 block: a radix cache's prefix can end inside
+                        // a block the tiers hold whole, so the two overlap. Both lie within
+                        // the prompt.
+                        let held = cached.max((g1 + k2 + k3) * bs);
+                        debug_assert!(held <= prompt, "{held} of {prompt} tokens held");
+                        prompt - held
                     }
                 };
                 let bytes = f64::from(tokens) * self.kv_bytes_per_token;
@@ -584,6 +631,32 @@ impl Cluster {
             }
         }
         Ok(horizon)
+    }
+
+    /// An explained replay: each rank's passes, and the parts each role's prices split into.
+    pub(super) fn explained(&self) -> Option<(Vec<RankBreakdown>, PartNames)> {
+        let mut parts = BTreeMap::new();
+        let mut ranks = Vec::with_capacity(self.ranks.len());
+        for (w, worker) in self.workers.iter().enumerate() {
+            let (role, index) = match (self.disaggregated(), w < self.num_prefill) {
+                (false, _) => (Role::Aggregated, w),
+                (true, true) => (Role::Prefill, w),
+                (true, false) => (Role::Decode, w - self.num_prefill),
+            };
+            for r in worker.ranks() {
+                let rank = &self.ranks[r];
+                parts
+                    .entry(role.name())
+                    .or_insert_with(|| rank.timer().part_names());
+                ranks.push(RankBreakdown {
+                    role: role.name(),
+                    worker: index as u32,
+                    dp_rank: (r - worker.first_rank) as u32,
+                    passes: rank.explained()?,
+                });
+            }
+        }
+        Some((ranks, parts))
     }
 
     /// The worker owning rank `r`.

@@ -7,6 +7,7 @@
 
 mod cluster;
 mod dispatcher;
+pub mod memory;
 mod sampler;
 
 use crate::config::SimConfig;
@@ -67,6 +68,7 @@ fn run(
 ) -> Result<Report> {
     config.check_replayable()?;
     workload.validate()?;
+    workload.check_speedup(config.cluster.arrival_speedup_ratio)?;
     let ends_send = workload.session.is_some() || config.cluster.concurrency.is_some();
     let mut cluster = Cluster::new(config, workload, prepared, ends_send)?;
     // Naming the blocks of a large workload takes a while: a stop asked meanwhile holds.
@@ -84,6 +86,9 @@ fn run(
     let mut records = Records::new(arrivals, workload.input_length, workload.output_length);
     if cluster.tiers.is_some() {
         records.enable_tiers();
+    }
+    if config.report.explain {
+        records.enable_explain();
     }
     let mut onboarded: Vec<Onboard> = Vec::new();
     let mut sampler = Sampler::new(config.report.sample_interval_ms, &cluster);
@@ -228,6 +233,7 @@ fn run(
     counters.link_utilization = cluster.transport.utilization(now);
     counters.worker_busy_ms = sampler.busy_ms;
     counters.tiers = cluster.tiers.as_ref().map(|t| t.finish(now));
+    counters.explained = cluster.explained();
     Ok(Report::build(
         records,
         sampler.series,
@@ -275,6 +281,7 @@ mod tests {
                         .map(|b| (b.min, b.max))
                 ),
                 summary.to_string(),
+                report.breakdown_json(),
             )
         )
     }
@@ -296,6 +303,7 @@ mod tests {
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
             (fifo, line_rate, first_decode_pass, missing, sglang) in any::<(bool, bool, bool, bool, bool)>(),
+            explain in any::<bool>(),
             tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<(bool, bool)>())),
         ) {
             let tbs = 32;
@@ -360,7 +368,7 @@ mod tests {
                     "kv_transfer":{{"kv_bytes_per_token":100000,"bandwidth_gbps":1,
                                     "link_model":"{link}","first_token":"{first_token}",
                                     "sizing":"{sizing}"}},
-                    "report":{{"sample_interval_ms":50}}{offload}}}"#
+                    "report":{{"sample_interval_ms":50,"explain":{explain}}}{offload}}}"#
             ))
             .unwrap();
             let chained = run(&workload, None, &config, None, true).unwrap();
@@ -375,6 +383,24 @@ mod tests {
             }
             let (a, b) = (chained.summary.itl_ms.mean, stepped.summary.itl_ms.mean);
             prop_assert!(a.zip(b).is_none_or(|(a, b)| (a - b).abs() <= 1e-9 * b.abs()));
+            // Explaining a replay changes none of it, and each request's stages add up to its
+            // time to first token.
+            let mut plain = config.clone();
+            plain.report.explain = !explain;
+            let other = run(&workload, None, &plain, None, true).unwrap();
+            prop_assert_eq!(other.summary_json(), chained.summary_json());
+            if let Some((_, stages)) = &chained.breakdown {
+                for (i, ttft) in chained.derived.ttft_ms.iter().enumerate() {
+                    let sum: f64 = stages.iter().map(|s| s[i]).sum();
+                    prop_assert!(ttft.is_nan() == sum.is_nan());
+                    prop_assert!(ttft.is_nan() || (sum - ttft).abs() <= 1e-9 * ttft.abs().max(1.0),
+                                 "request {}: stages {:?} sum to {} != ttft {}", i,
+                                 stages.iter().map(|s| s[i]).collect::<Vec<_>>(), sum, ttft);
+                    if !ttft.is_nan() {
+                        prop_assert!(stages.iter().all(|s| s[i] >= -1e-9), "negative stage {:?} request {} sglang {} disagg {} tiers {:?} first_decode_pass {}", stages.iter().map(|s| s[i]).collect::<Vec<_>>(), i, sglang, disaggregated, tiers, first_decode_pass);
+                    }
+                }
+            }
         }
     }
 }

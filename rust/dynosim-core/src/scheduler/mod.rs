@@ -6,14 +6,16 @@ pub mod sglang;
 mod trtllm;
 pub mod vllm;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, EngineConfig, Role};
 use crate::error::{Result, SimError};
+use crate::explain::{KindSummary, RankLog};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::{PassShape, StepTimer};
+use crate::timing::{Lockstep, PassShape, StepTimer};
 use crate::workload::Workload;
 
 pub use sglang::SglangScheduler;
@@ -24,10 +26,10 @@ pub use vllm::VllmScheduler;
 pub trait Engine {
     /// Why a request of `prompt` and `output` tokens can never be served by this rank, if so.
     fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason>;
-    /// Queue request `i` (it has passed `never_fits`).
-    fn enqueue(&mut self, workload: &Workload, i: usize);
-    /// Plan the next pass at `now`; its duration (ms), or `None` when nothing could run.
-    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64>;
+    /// Queue request `i` at `now` (it has passed `never_fits`).
+    fn enqueue(&mut self, workload: &Workload, i: usize, now: f64);
+    /// Plan the next pass at `now` and start it: its shape, or `None` when nothing could run.
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape>;
     /// End the pass at `now`: emit tokens, finish requests, free their memory.
     fn finish_pass(&mut self, now: f64, records: &mut Records);
     /// Chain plain decode passes without the event loop (see the vLLM flavour); returns the end
@@ -60,12 +62,14 @@ pub trait Engine {
     fn record_evictions(&mut self);
     /// Offload tiers: move the identities evicted since the last call to the end of `out`.
     fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>);
-    /// Offload tiers: waiting requests the next pass could admit, never looked up in G2/G3.
+    /// Offload tiers: waiting requests the next pass could admit, not looked up in G2/G3 yet
+    /// (or whose hit found no room to be held); each is marked looked up.
     fn take_unchecked_heads(&mut self, out: &mut Vec<u32>);
     /// Offload tiers: take waiting request `handle` out of the queue to onboard its blocks.
     fn unqueue(&mut self, handle: u32);
     /// Offload tiers: hold room for `handle`'s G1 prefix `hit` and `blocks` onboarded blocks;
-    /// false, holding nothing, when there is no room now.
+    /// false, holding nothing, when there is no room now (the request stays waiting and is
+    /// among the unchecked heads again before a later pass).
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool;
     /// Offload tiers: the onboarded blocks of `handle` are in G1; queue it first.
     fn finish_onboard(&mut self, handle: u32);
@@ -74,11 +78,12 @@ pub trait Engine {
     fn request_of(&self, handle: u32) -> usize;
     /// The prompt block identities of every request at this rank's block size.
     fn block_ids(&self) -> &BlockIds;
-    /// The identities of the full prompt blocks of request `handle`.
-    fn prompt_ids(&self, handle: u32) -> &[BlockId];
-    /// The cached prefix, in full blocks, of workload row `request`'s prompt (whose blocks are
-    /// `ids`) in this rank's G1: a block cache looks the identities up, a radix cache the row's
-    /// tokens.
+    /// The identities of the full prompt blocks of waiting request `handle` that a pass may
+    /// take from a cache (G1 or the offload tiers) instead of computing them (`reusable_ids`).
+    fn reusable_ids(&self, handle: u32) -> &[BlockId];
+    /// The cached prefix, in full blocks, of workload row `request`'s prompt blocks `ids` (all
+    /// of them, or a leading part) in this rank's G1: a block cache looks the identities up, a
+    /// radix cache the row's tokens.
     fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit;
     /// Blocks held by running requests (the load a cache-aware router sees).
     fn active_blocks(&self) -> u32;
@@ -86,8 +91,12 @@ pub trait Engine {
     fn waiting_blocks(&self) -> u64;
     /// Cached blocks evicted so far.
     fn evictions(&self) -> u64;
-    /// The rank's load as vLLM's data-parallel balancer scores it.
-    fn load_score(&self) -> u64;
+    /// The requests the rank holds, as a data-parallel balancer counts them
+    /// (`Scheduler::load_score`).
+    fn load(&self) -> Load;
+    /// What the debug checks read (`check_invariants`).
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit;
     /// Tokens per KV block of this rank.
     fn block_size(&self) -> u32;
     fn is_busy(&self) -> bool;
@@ -96,34 +105,205 @@ pub trait Engine {
     fn running_len(&self) -> usize;
     fn passes(&self) -> u64;
     fn preemptions(&self) -> u64;
+
+    /// How this rank prices its passes.
+    fn pricing(&self) -> &Pricing;
+    fn pricing_mut(&mut self) -> &mut Pricing;
+
+    /// The step-time model pricing this rank's passes.
+    fn timer(&self) -> &StepTimer {
+        &self.pricing().timer
+    }
+
+    /// The duration (ms) of the pass `start_pass` started at `now` with `shape`, its worker's
+    /// data-parallel ranks passing in `lockstep` (`None`: a worker of one rank).
+    fn price_pass(&mut self, shape: &PassShape, lockstep: Option<&Lockstep>, now: f64) -> f64 {
+        let p = self.pricing_mut();
+        priced(&p.timer, p.log.as_deref_mut(), shape, lockstep, now)
+    }
+
+    /// Keep a log of this rank's passes (an explained replay).
+    fn explain(&mut self) {
+        let p = self.pricing_mut();
+        p.log = Some(Box::new(RankLog::new(&p.timer)));
+    }
+
+    /// An explained replay: this rank's passes by kind.
+    fn explained(&self) -> Option<BTreeMap<&'static str, KindSummary>> {
+        let p = self.pricing();
+        p.log.as_ref().map(|log| log.summarise(&p.timer))
+    }
 }
 
-/// Run up to `plain` decode passes of `requests` decoding requests over `kv` KV tokens, after
-/// the pass that started at `start` and ends at `end`, each ending before `horizon` (ms): every
-/// pass end emits a token per request (its gap recorded) and the next pass attends over one
-/// more token each. Returns the start and end of the pass left in flight and the passes ended.
+/// How a rank prices its passes: its step-time model, and the log of its passes an explained
+/// replay keeps.
+#[derive(Debug, Clone)]
+pub struct Pricing {
+    pub timer: StepTimer,
+    pub log: Option<Box<RankLog>>,
+}
+
+impl Pricing {
+    pub fn new(timer: StepTimer) -> Self {
+        Pricing { timer, log: None }
+    }
+
+    /// When the pass in flight started (ms), in an explained replay.
+    pub fn pass_start_ms(&self) -> Option<f64> {
+        self.log.as_ref().map(|log| log.pass_start_ms)
+    }
+}
+
+/// The requests a rank holds, as a data-parallel balancer counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Waiting to be admitted, or holding memory while their KV arrives from a prefill rank
+    /// or comes up from the offload tiers (vLLM keeps both in its waiting queues).
+    pub waiting: u64,
+    /// Admitted: computing their prompt or decoding.
+    pub running: u64,
+}
+
+/// What a rank's debug checks read, whatever its flavour, in the units of its memory (blocks
+/// of a block cache, tokens of a radix cache).
+#[cfg(debug_assertions)]
+pub struct Audit {
+    /// Sequence slots taken (requests admitted, and those holding memory while their KV
+    /// arrives or comes up from the tiers) and `max_num_seqs`.
+    pub seats: usize,
+    pub max_seats: usize,
+    /// Tokens each request computes in the pass in flight, and the most one pass may compute
+    /// (`None`: no limit, as for an unchunked prompt larger than the budget, which runs alone).
+    pub pass_tokens: Vec<u32>,
+    pub pass_budget: Option<u64>,
+    /// Memory in use (held or cached) and the rank's capacity.
+    pub memory: u64,
+    pub capacity: u64,
+    /// Per shared unit of memory (a cached block's slot, a radix tree node): the references
+    /// the cache counts, and the requests whose holdings reach it.
+    pub references: Vec<u32>,
+    pub holders: Vec<u32>,
+    /// Memory the rank counts as held by requests, and what the requests' own holdings add up
+    /// to.
+    pub held: u64,
+    pub held_by_requests: u64,
+}
+
+/// The limits every rank keeps, whatever its flavour, checked in debug builds when a pass is
+/// planned and when it ends: sequence slots, the token budget of a pass, the memory's capacity,
+/// reference counts (a cached block's, a tree node's locks) equal to the requests holding it,
+/// and memory held adding up to the requests' holdings.
+#[cfg(debug_assertions)]
+pub(super) fn check_invariants(engine: &dyn Engine) {
+    let a = engine.audit();
+    assert!(
+        a.seats <= a.max_seats,
+        "{} sequence slots taken, more than max_num_seqs {}",
+        a.seats,
+        a.max_seats
+    );
+    let tokens: u64 = a.pass_tokens.iter().map(|&n| u64::from(n)).sum();
+    if let Some(budget) = a.pass_budget {
+        assert!(
+            tokens <= budget,
+            "{tokens} tokens scheduled over a budget of {budget}"
+        );
+    }
+    assert!(
+        a.memory <= a.capacity,
+        "{} of memory in use, more than the capacity {}",
+        a.memory,
+        a.capacity
+    );
+    if let Some(k) = (0..a.references.len()).find(|&k| a.references[k] != a.holders[k]) {
+        panic!(
+            "memory unit {k}: {} references in the cache, {} requests hold it",
+            a.references[k], a.holders[k]
+        );
+    }
+    assert_eq!(
+        a.held, a.held_by_requests,
+        "memory held differs from the requests' holdings"
+    );
+}
+
+/// The leading tokens of a request that must hold `target` tokens of KV before its next token
+/// (its prompt, and after a preemption the tokens it emitted) that a pass may take from a cache
+/// instead of computing them: all but the last, so the pass computes at least one token and has
+/// logits to sample the next one from. A fully cached prompt still runs a prefill of its last
+/// token (of its last block, where the cache reuses whole blocks), as vLLM caps a prefix-cache
+/// hit at `num_tokens - 1`, TensorRT-LLM matches reusable blocks over all prompt tokens but the
+/// last, and SGLang matches its radix tree over `input_len - 1` tokens.
+pub(super) fn reusable_tokens(target: u32) -> u32 {
+    debug_assert!(target > 0, "a request needs at least one token");
+    target - 1
+}
+
+/// The leading prompt blocks of `ids` (full blocks of `block_size` tokens) within
+/// `reusable_tokens(target)`.
+pub(super) fn reusable_ids(ids: &[BlockId], target: u32, block_size: u32) -> &[BlockId] {
+    let blocks = (reusable_tokens(target) / block_size) as usize;
+    &ids[..ids.len().min(blocks)]
+}
+
+/// Run up to `plain` decode passes after the pass of decodes `shape` that started at `start`
+/// and ends at `end`, each ending before `horizon` (ms): every pass end emits a token per
+/// request (its gap recorded) and the next pass attends over one more token each. Returns the
+/// start and end of the pass left in flight and the passes ended.
 pub(super) fn chain_decode_passes(
     timer: &StepTimer,
-    (requests, kv): (u32, u64),
-    (start, end, horizon): (f64, f64, f64),
+    log: Option<&mut RankLog>,
+    shape: PassShape,
+    window: (f64, f64, f64),
     plain: u32,
     records: &mut Records,
 ) -> (f64, f64, u32) {
-    let mut shape = PassShape {
-        decode_requests: requests,
-        decode_kv_tokens: kv,
-        ..PassShape::default()
-    };
+    // One loop, monomorphised with and without the log, so an unexplained replay pays nothing.
+    match log {
+        None => chain(shape, window, plain, records, |s, _| timer.pass_ms(s)),
+        Some(log) => chain(shape, window, plain, records, |s, now| {
+            priced(timer, Some(&mut *log), s, None, now)
+        }),
+    }
+}
+
+#[inline]
+fn chain(
+    mut shape: PassShape,
+    (start, end, horizon): (f64, f64, f64),
+    plain: u32,
+    records: &mut Records,
+    mut price: impl FnMut(&PassShape, f64) -> f64,
+) -> (f64, f64, u32) {
+    let requests = shape.decode_requests;
     let (mut prev, mut end) = (start, end);
     let mut passes = 0u32;
     while passes < plain && end < horizon {
         records.itl.push_n(end - prev, u64::from(requests));
         shape.decode_kv_tokens += u64::from(requests);
+        shape.decode_max_context += 1;
         prev = end;
-        end = prev + timer.pass_ms(&shape);
+        end = prev + price(&shape, prev);
         passes += 1;
     }
     (prev, end, passes)
+}
+
+/// The price (ms) `timer` gives a pass of `shape` starting at `now` (its data-parallel group
+/// in `lockstep`), kept in `log` when the replay is explained.
+#[inline]
+pub(super) fn priced(
+    timer: &StepTimer,
+    log: Option<&mut RankLog>,
+    shape: &PassShape,
+    lockstep: Option<&Lockstep>,
+    now: f64,
+) -> f64 {
+    let ms = timer.pass_ms_in(shape, lockstep);
+    if let Some(log) = log {
+        log.pass(timer, shape, lockstep, now, ms);
+    }
+    ms
 }
 
 /// One rank's engine in the flavour its configuration names.
@@ -165,6 +345,17 @@ impl Scheduler {
                 "the sglang engine flavour needs the trace's prefix chains".to_string(),
             )),
         }
+    }
+}
+
+impl Scheduler {
+    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
+    /// (vllm/v1/engine/core_client.py), for every flavour; `handed`: requests already sent to
+    /// the rank that it has not taken in yet, counted as waiting (vLLM counts each dispatch at
+    /// once).
+    pub fn load_score(&self, handed: u64) -> u64 {
+        let load = self.load();
+        4 * (load.waiting + handed) + load.running
     }
 }
 

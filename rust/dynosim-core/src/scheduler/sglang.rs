@@ -37,7 +37,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{chain_decode_passes, Engine};
+use super::{chain_decode_passes, reusable_ids, reusable_tokens, Engine, Load, Pricing};
+#[cfg(debug_assertions)]
+use super::{check_invariants, Audit};
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
@@ -74,9 +76,9 @@ struct Seq {
     pass_tokens: u32,
     prefilling: bool,
     in_pass: bool,
-    admitted_once: bool,
     finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while memory had no
+    /// room for the hit).
     tier_checked: bool,
     last_token_ms: f64,
 }
@@ -100,7 +102,7 @@ pub struct SglangScheduler {
     capacity: u64,
     tree: RadixCache,
     ids: Arc<BlockIds>,
-    timer: StepTimer,
+    pricing: Pricing,
     seqs: Vec<Seq>,
     spare: Vec<u32>,
     waiting: VecDeque<u32>,
@@ -153,7 +155,7 @@ impl SglangScheduler {
             capacity: u64::from(config.num_gpu_blocks) * u64::from(block_size),
             tree: RadixCache::new(chains, settings.page_size),
             ids,
-            timer,
+            pricing: Pricing::new(timer),
             seqs: Vec::new(),
             spare: Vec::new(),
             waiting: VecDeque::new(),
@@ -283,7 +285,6 @@ impl SglangScheduler {
             pass_tokens: 0,
             prefilling: true,
             in_pass: false,
-            admitted_once: false,
             finished: false,
             tier_checked: false,
             last_token_ms: f64::NAN,
@@ -338,7 +339,7 @@ impl SglangScheduler {
             .iter()
             .map(|&id| {
                 let seq = &seqs[id as usize];
-                (tree.peek(seq.request, seq.target() - 1), id)
+                (tree.peek(seq.request, reusable_tokens(seq.target())), id)
             })
             .collect();
         keyed.sort_by_key(|&(prefix, _)| std::cmp::Reverse(prefix));
@@ -403,8 +404,7 @@ impl SglangScheduler {
             }
             let seq = &self.seqs[id as usize];
             let (request, target) = (seq.request, seq.target());
-            // At least one token is computed, so the pass has logits to sample from.
-            let (cached, node) = self.tree.match_prefix(request, target - 1);
+            let (cached, node) = self.tree.match_prefix(request, reusable_tokens(target));
             let extend = target - cached;
             // Memory comes in whole pages: the prompt's new tokens take `input`.
             let input = self.page_ceil(extend);
@@ -446,12 +446,7 @@ impl SglangScheduler {
             seq.node = node;
             seq.cached = cached;
             seq.computed = cached;
-            if !seq.admitted_once {
-                seq.admitted_once = true;
-                let r = seq.request as usize;
-                records.first_admit_ms[r] = now;
-                records.reused_tokens[r] = cached;
-            }
+            records.admit(seq.request as usize, now, cached);
             batch.push((id, chunk));
             if self.chunked == Some(id)
                 || room(self) - offset <= 0.0
@@ -569,26 +564,12 @@ impl SglangScheduler {
         }
     }
 
-    /// The limits a pass must keep, checked after each one in debug builds: memory, running
-    /// slots, and the token accounting (requests' private tokens add up, locks match).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        assert!(self.tree.cached() + self.private <= self.capacity);
-        assert!(
-            self.seats() <= self.max_running,
-            "running {:?} chunked {:?} receiving {} onboarding {} role {:?}",
-            self.running,
-            self.chunked,
-            self.receiving,
-            self.onboarding,
-            self.role
-        );
-        // Released requests hold nothing, so every sequence can be summed.
-        let private: u64 = self.seqs.iter().map(|s| u64::from(s.private)).sum();
-        assert_eq!(
-            private, self.private,
-            "private tokens differ from the requests'"
-        );
+    /// The shape of the pass planned in `in_pass`.
+    fn pass_shape(&self) -> PassShape {
+        PassShape::of(self.in_pass.iter().map(|&id| {
+            let seq = &self.seqs[id as usize];
+            (seq.prefilling, seq.pass_tokens, seq.computed)
+        }))
     }
 }
 
@@ -609,39 +590,40 @@ impl Engine for SglangScheduler {
         }
     }
 
-    fn enqueue(&mut self, workload: &Workload, i: usize) {
+    fn enqueue(&mut self, workload: &Workload, i: usize, _now: f64) {
         let id = self.new_seq(workload, i);
         self.push_waiting(id, false);
     }
 
-    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         let formed = self.prefill_batch(now, records)
             || self.decode_batch(records)
             // Retracting every running request frees memory a prefill can use.
             || self.prefill_batch(now, records);
+        #[cfg(debug_assertions)]
+        check_invariants(self);
         if !formed {
             return None;
         }
-        let shape = PassShape::of(self.in_pass.iter().map(|&id| {
-            let seq = &self.seqs[id as usize];
-            (seq.prefilling, seq.pass_tokens, seq.computed)
-        }));
         self.busy = true;
         self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
-        Some(self.timer.pass_ms(&shape))
+        Some(self.pass_shape())
     }
 
     fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
         let in_pass = std::mem::take(&mut self.in_pass);
         let mut any_left = false;
+        let pass_start = self.pricing.pass_start_ms();
         for &id in &in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
-            if seq.computed != seq.target() {
+            let prompt_done = seq.computed == seq.target();
+            if let (Some(start), true) = (pass_start, seq.prefilling) {
+                records.prefill_pass(seq.request as usize, start, now, prompt_done);
+            }
+            if !prompt_done {
                 // A chunk of a longer prompt: cache it so others can share it meanwhile.
                 self.cache_prompt(id);
                 continue;
@@ -689,6 +671,8 @@ impl Engine for SglangScheduler {
             let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
+        #[cfg(debug_assertions)]
+        check_invariants(self);
     }
 
     fn run_plain_decodes(
@@ -715,7 +699,6 @@ impl Engine for SglangScheduler {
         }
         let page = self.settings.page_size;
         let mut plain = u32::MAX;
-        let mut kv = 0u64;
         for &id in &self.in_pass {
             let seq = &self.seqs[id as usize];
             if seq.prefilling
@@ -726,7 +709,6 @@ impl Engine for SglangScheduler {
                 return (end, 0);
             }
             plain = plain.min(seq.output - seq.generated - 1);
-            kv += u64::from(seq.computed);
         }
         // Tokens the next `k` steps take from free memory, without eviction, and without
         // changing the blocks in use the time series read (the loop does not see these passes).
@@ -749,9 +731,11 @@ impl Engine for SglangScheduler {
                 plain /= 2;
             }
         }
+        let shape = self.pass_shape();
         let (prev, end, passes) = chain_decode_passes(
-            &self.timer,
-            (n as u32, kv),
+            &self.pricing.timer,
+            self.pricing.log.as_deref_mut(),
+            shape,
             (start, end, horizon),
             plain,
             records,
@@ -884,8 +868,10 @@ impl Engine for SglangScheduler {
         self.tree.lock(node);
         let end = ((hit.blocks + blocks) * self.block_size).min(prompt);
         let need = u64::from(self.page_ceil(end) - cached);
-        if !self.make_room(need) {
+        // A hold that cannot fit evicts nothing: it is tried again before later passes.
+        if self.free() + self.tree.evictable() < need {
             self.tree.unlock(node);
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -916,12 +902,19 @@ impl Engine for SglangScheduler {
         &self.ids
     }
 
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        reusable_ids(
+            self.ids.of(seq.request as usize),
+            seq.target(),
+            self.block_size,
+        )
     }
 
-    fn prefix_hit(&self, request: usize, _ids: &[BlockId]) -> PrefixHit {
-        let tokens = self.tree.peek(request as u32, u32::MAX);
+    fn prefix_hit(&self, request: usize, ids: &[BlockId]) -> PrefixHit {
+        let tokens = self
+            .tree
+            .peek(request as u32, ids.len() as u32 * self.block_size);
         PrefixHit {
             blocks: tokens / self.block_size,
             // Holding a cached prefix takes no memory besides what `hold_for_onboard` checks.
@@ -941,9 +934,47 @@ impl Engine for SglangScheduler {
         self.evicted_tokens / u64::from(self.block_size)
     }
 
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding memory while their KV arrives or comes up from the
+    /// tiers, and the admitted ones: decoding, or computing their prompt (in the pass in
+    /// flight or part-way through chunked prefill).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: (self.running.len() + self.prefilling) as u64,
+        }
+    }
+
+    /// In tokens. A prefill batch takes at most `chunked_prefill_size` tokens (whole pages of
+    /// it), a decode step one token per request.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let prefill = self
+            .in_pass
+            .iter()
+            .any(|&id| self.seqs[id as usize].prefilling);
+        let budget = if prefill {
+            u64::from(self.settings.chunked_prefill_size)
+        } else {
+            self.in_pass.len() as u64
+        };
+        let (references, holders) = self.tree.lock_counts(self.seqs.iter().map(|s| s.node));
+        Audit {
+            seats: self.seats(),
+            max_seats: self.max_running,
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: Some(budget),
+            memory: self.tree.cached() + self.private,
+            capacity: self.capacity,
+            references,
+            holders,
+            held: self.private,
+            // Released requests hold nothing, so every sequence can be summed.
+            held_by_requests: self.seqs.iter().map(|s| u64::from(s.private)).sum(),
+        }
     }
 
     fn block_size(&self) -> u32 {
@@ -970,6 +1001,14 @@ impl Engine for SglangScheduler {
         self.passes
     }
 
+    fn pricing(&self) -> &Pricing {
+        &self.pricing
+    }
+
+    fn pricing_mut(&mut self) -> &mut Pricing {
+        &mut self.pricing
+    }
+
     fn preemptions(&self) -> u64 {
         self.retractions
     }
@@ -978,6 +1017,12 @@ impl Engine for SglangScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Start the next pass at `now` and price it (a rank alone): its duration (ms).
+    fn step(e: &mut SglangScheduler, now: f64, r: &mut Records) -> Option<f64> {
+        let shape = e.start_pass(now, r)?;
+        Some(e.price_pass(&shape, None, now))
+    }
     use crate::config::{Backend, FixedTiming, TimingConfig};
     use crate::workload::tests::columns as workload;
 
@@ -1034,6 +1079,16 @@ mod tests {
         fn records(&self) -> Records {
             Records::new(self.arrival.clone(), &self.input, &self.output)
         }
+
+        /// An engine of `config` that ran request 0's prefill pass (0-10 ms).
+        fn after_first_prefill(&self, config: EngineConfig) -> (SglangScheduler, Records) {
+            let mut r = self.records();
+            let mut e = self.engine(config);
+            e.enqueue(&self.workload(), 0, 0.0);
+            step(&mut e, 0.0, &mut r);
+            e.finish_pass(10.0, &mut r);
+            (e, r)
+        }
     }
 
     /// An SGLang engine of `tokens` one-token blocks.
@@ -1060,19 +1115,19 @@ mod tests {
         let w = rig.workload();
         let mut r = rig.records();
         let mut e = rig.engine(config(1000));
-        e.enqueue(&w, 0);
-        assert_eq!(e.start_pass(0.0, &mut r), Some(10.0)); // A's prompt
+        e.enqueue(&w, 0, 0.0);
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(10.0)); // A's prompt
         e.finish_pass(10.0, &mut r);
-        assert_eq!(e.start_pass(10.0, &mut r), Some(1.0)); // A decodes
+        assert_eq!(step(&mut e, 10.0, &mut r), Some(1.0)); // A decodes
         e.finish_pass(11.0, &mut r);
         // B arrives: its prefill runs alone (10 ms, not 10 + 1): A gets no step.
-        e.enqueue(&w, 1);
-        assert_eq!(e.start_pass(11.0, &mut r), Some(10.0));
+        e.enqueue(&w, 1, 0.0);
+        assert_eq!(step(&mut e, 11.0, &mut r), Some(10.0));
         assert_eq!(in_pass(&e), [1]);
         e.finish_pass(21.0, &mut r);
         assert_eq!((r.first_token_ms[1], e.seqs[0].generated), (21.0, 2));
         // Then both decode: A's third token comes 11 ms after its second.
-        assert_eq!(e.start_pass(21.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 21.0, &mut r), Some(1.0));
         assert_eq!(in_pass(&e), [0, 1]);
         e.finish_pass(22.0, &mut r);
         assert_eq!(r.itl.count(), 3); // A: 10 -> 11 -> 22 ms; B: 21 -> 22 ms (done)
@@ -1083,20 +1138,17 @@ mod tests {
     fn first_batch(rows: &[(u32, u32, Vec<u64>)], policy: SchedulePolicy) -> Vec<u32> {
         let rig = Rig::new(rows);
         let w = rig.workload();
-        let mut r = rig.records();
-        let mut e = rig.engine(EngineConfig {
+        // Request 0 ends (one output token); its prompt stays.
+        let (mut e, mut r) = rig.after_first_prefill(EngineConfig {
             schedule_policy: Some(policy),
             chunked_prefill_size: Some(8),
             max_prefill_tokens: Some(16),
             ..config(10_000)
         });
-        e.enqueue(&w, 0);
-        e.start_pass(0.0, &mut r);
-        e.finish_pass(10.0, &mut r); // request 0 ends (one output token); its prompt stays
         for i in 1..rows.len() {
-            e.enqueue(&w, i);
+            e.enqueue(&w, i, 0.0);
         }
-        e.start_pass(10.0, &mut r);
+        step(&mut e, 10.0, &mut r);
         in_pass(&e)
     }
 
@@ -1138,14 +1190,9 @@ mod tests {
         // its prompt plus output strictly inside 90 free - 35 = 55 tokens.
         let admitted = |b_output: u32| {
             let rig = Rig::new(&[(10, 51, vec![1, 2, 3]), (20, b_output, vec![4, 5, 6, 7, 8])]);
-            let w = rig.workload();
-            let mut r = rig.records();
-            let mut e = rig.engine(config(100));
-            e.enqueue(&w, 0);
-            e.start_pass(0.0, &mut r);
-            e.finish_pass(10.0, &mut r);
-            e.enqueue(&w, 1);
-            e.start_pass(10.0, &mut r);
+            let (mut e, mut r) = rig.after_first_prefill(config(100));
+            e.enqueue(&rig.workload(), 1, 0.0);
+            step(&mut e, 10.0, &mut r);
             in_pass(&e) == [1]
         };
         assert!(!admitted(35)); // 20 + 35 = 55 is not below 55: A decodes instead
@@ -1197,7 +1244,7 @@ mod tests {
             running(&mut e, &w, i, generated, i == 1);
         }
         assert_eq!((e.free(), e.tree.protected()), (2, 60));
-        assert_eq!(e.start_pass(0.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(1.0));
         // B and D emitted fewest (40); B's prompt is longer, so B goes: 2 + 39 = 41 free is
         // below 20 x 3 remaining, so B's prompt, evictable now, is evicted at once (101 free).
         assert_eq!(waiting_rows(&e), [1]);
@@ -1218,7 +1265,7 @@ mod tests {
         for (i, generated) in [(0, 50), (1, 40), (2, 45)] {
             running(&mut e, &w, i, generated, i == 1);
         }
-        assert_eq!(e.start_pass(0.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 0.0, &mut r), Some(1.0));
         assert_eq!(waiting_rows(&e), [1]);
         assert_eq!((e.tree.peek(1, 99), e.tree.evictable()), (60, 60));
         // (50 + 45 + 20 x 2) / (100 + 50) = 0.9.
@@ -1228,7 +1275,7 @@ mod tests {
         // reserved for A and C = 51.3 are there: A and C decode.
         e.finish_pass(1.0, &mut r);
         assert_eq!(e.tree.peek(1, 99), 60);
-        assert_eq!(e.start_pass(1.0, &mut r), Some(1.0));
+        assert_eq!(step(&mut e, 1.0, &mut r), Some(1.0));
         assert_eq!(in_pass(&e), [0, 2]);
     }
 
@@ -1242,10 +1289,10 @@ mod tests {
             new_token_ratio_decay_steps: Some(4),
             ..config(100)
         });
-        e.enqueue(&w, 0);
+        e.enqueue(&w, 0, 0.0);
         let mut ratios = vec![];
         let mut now = 0.0;
-        while let Some(ms) = e.start_pass(now, &mut r) {
+        while let Some(ms) = step(&mut e, now, &mut r) {
             now += ms;
             e.finish_pass(now, &mut r);
             ratios.push((e.new_token_ratio() * 1e4).round() / 1e4);
@@ -1260,5 +1307,32 @@ mod tests {
             ..config(100)
         });
         assert!((e.new_token_ratio() - 0.35).abs() < 1e-12);
+    }
+
+    /// One request (8-token prompt, 4 output tokens) prefilled and decoding: the pass after
+    /// its prefill is planned.
+    fn decoding() -> (SglangScheduler, Records) {
+        let (mut e, mut r) = Rig::new(&[(8, 4, vec![1, 2])]).after_first_prefill(config(100));
+        assert_eq!(step(&mut e, 10.0, &mut r), Some(1.0));
+        (e, r)
+    }
+
+    #[test]
+    #[should_panic(expected = "requests hold it")]
+    fn a_lock_no_request_holds_is_caught_when_the_pass_ends() {
+        // A stray lock on the request's cached prompt, as a request that never unlocked it.
+        let (mut e, mut r) = decoding();
+        let node = e.seqs[0].node;
+        e.tree.lock(node);
+        e.finish_pass(11.0, &mut r);
+    }
+
+    #[test]
+    #[should_panic(expected = "over a budget of 1")]
+    fn a_pass_over_its_token_budget_is_caught() {
+        // A decode step computes one token per request: two for one request is over budget.
+        let (mut e, _) = decoding();
+        e.seqs[0].pass_tokens = 2;
+        check_invariants(&e);
     }
 }

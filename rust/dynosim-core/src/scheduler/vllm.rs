@@ -8,7 +8,9 @@ use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
 use crate::kv::{KvCache, PrefixHit};
 use crate::report::{Records, RejectReason};
-use crate::scheduler::{chain_decode_passes, Engine};
+use crate::scheduler::{chain_decode_passes, reusable_ids, Engine, Load, Pricing};
+#[cfg(debug_assertions)]
+use crate::scheduler::{check_invariants, Audit};
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -33,12 +35,15 @@ pub(super) struct Seq {
     pub(super) in_pass: bool,
     /// Tokens scheduled in the current pass.
     pub(super) pass_tokens: u32,
-    pub(super) admitted_once: bool,
     pub(super) finished: bool,
-    /// Offload tiers: looked up in G2/G3 (once per request: a preempted request recomputes
-    /// from what G1 still holds).
+    /// Offload tiers: looked up in G2/G3 (once per request, or again while G1 had no room for
+    /// the hit: a preempted request recomputes from what G1 still holds).
     pub(super) tier_checked: bool,
     pub(super) last_token_ms: f64,
+    /// When the request reached this rank's queue, or its running batch from a KV transfer
+    /// (ms): a pass formed before then cannot hold it. Requests the rank put back itself
+    /// (preempted, onboarded) are visible at once (minus infinity).
+    pub(super) queued_ms: f64,
 }
 
 impl Seq {
@@ -103,6 +108,10 @@ pub(super) struct Limits {
     /// Chunked prefill (TensorRT-LLM's chunked context).
     pub(super) enable_chunked_prefill: bool,
     pub(super) planner: Planner,
+    /// vLLM's async scheduling: a pass is formed while the pass before it runs.
+    pub(super) async_scheduling: bool,
+    /// vLLM 0.19: admit only a request whose whole prompt's blocks are free.
+    pub(super) reserve_full_isl: bool,
 }
 
 /// A waiting request's admission as planned: its cached prefix (`hit`, `cached` tokens), the
@@ -124,7 +133,7 @@ pub struct VllmScheduler {
     pub(super) cache: KvCache,
     /// Prompt block identities of every request at this rank's block size.
     pub(super) ids: Arc<BlockIds>,
-    pub(super) timer: StepTimer,
+    pub(super) pricing: Pricing,
     pub(super) seqs: Vec<Seq>,
     pub(super) spare: Vec<u32>,
     pub(super) waiting: VecDeque<u32>,
@@ -149,30 +158,43 @@ pub struct VllmScheduler {
     pub(super) busy: bool,
     pub(super) passes: u64,
     pub(super) preemptions: u64,
+    /// When this rank's last pass started and ended (ms): with async scheduling the pass
+    /// after it was formed when it started.
+    pub(super) last_pass: (f64, f64),
 }
 
 impl VllmScheduler {
     /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`).
     pub fn new(role: Role, config: &EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
-        let (max_num_batched_tokens, enable_chunked_prefill, planner) = match config.backend {
+        let block_size = config.block_size();
+        let (num_gpu_blocks, max_num_seqs) = (config.num_gpu_blocks, config.max_num_seqs);
+        let config = match config.backend {
             Backend::Trtllm => {
                 let t = config.trtllm();
-                let planner = Planner::Trtllm(t.capacity_scheduler);
-                (t.max_num_tokens, t.enable_chunked_context, planner)
+                Limits {
+                    block_size,
+                    num_gpu_blocks,
+                    max_num_seqs,
+                    max_num_batched_tokens: t.max_num_tokens,
+                    enable_chunked_prefill: t.enable_chunked_context,
+                    planner: Planner::Trtllm(t.capacity_scheduler),
+                    async_scheduling: false,
+                    reserve_full_isl: false,
+                }
             }
             _ => {
                 let v = config.vllm();
-                let planner = Planner::Vllm(v.preemption_mode);
-                (v.max_num_batched_tokens, v.enable_chunked_prefill, planner)
+                Limits {
+                    block_size,
+                    num_gpu_blocks,
+                    max_num_seqs,
+                    max_num_batched_tokens: v.max_num_batched_tokens,
+                    enable_chunked_prefill: v.enable_chunked_prefill,
+                    planner: Planner::Vllm(v.preemption_mode),
+                    async_scheduling: v.async_scheduling,
+                    reserve_full_isl: v.scheduler_reserve_full_isl,
+                }
             }
-        };
-        let config = Limits {
-            block_size: config.block_size(),
-            num_gpu_blocks: config.num_gpu_blocks,
-            max_num_seqs: config.max_num_seqs,
-            max_num_batched_tokens,
-            enable_chunked_prefill,
-            planner,
         };
         debug_assert_eq!(ids.block_size(), config.block_size);
         VllmScheduler {
@@ -180,7 +202,7 @@ impl VllmScheduler {
             cache: KvCache::new(config.num_gpu_blocks, ids.end()),
             ids,
             config,
-            timer,
+            pricing: Pricing::new(timer),
             seqs: Vec::new(),
             spare: Vec::new(),
             waiting: VecDeque::new(),
@@ -196,6 +218,7 @@ impl VllmScheduler {
             busy: false,
             passes: 0,
             preemptions: 0,
+            last_pass: (f64::NAN, f64::NAN),
         }
     }
 
@@ -231,10 +254,10 @@ impl VllmScheduler {
         seq.prefilling = true;
         seq.named = 0;
         seq.in_pass = false;
-        seq.admitted_once = false;
         seq.finished = false;
         seq.tier_checked = false;
         seq.last_token_ms = f64::NAN;
+        seq.queued_ms = f64::NEG_INFINITY;
         id
     }
 
@@ -255,57 +278,6 @@ impl VllmScheduler {
         } else {
             self.waiting.push_back(id);
         }
-    }
-
-    /// The limits a pass must keep, checked when each is planned and when it ends in debug
-    /// builds: sequence slots, the token budget, the cache's capacity, and the block accounting
-    /// (each cached block's reference count equals the requests whose slot lists hold it, and
-    /// the active blocks are those plus the private ones).
-    #[cfg(debug_assertions)]
-    fn check_invariants(&self) {
-        let max = self.config.max_num_seqs as usize;
-        assert!(
-            self.seqs_in_use() <= max,
-            "{} running + {} receiving + {} onboarding exceed max_num_seqs {max}",
-            self.running.len(),
-            self.receiving,
-            self.onboarding
-        );
-        let tokens: u64 = self
-            .in_pass
-            .iter()
-            .map(|&id| u64::from(self.seqs[id as usize].pass_tokens))
-            .sum();
-        // An unchunked prompt larger than the budget runs alone rather than never.
-        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
-        assert!(
-            tokens <= u64::from(self.config.max_num_batched_tokens) || alone,
-            "{tokens} tokens scheduled over a budget of {}",
-            self.config.max_num_batched_tokens
-        );
-        let cache = &self.cache;
-        assert!(cache.active() + cache.inactive() <= cache.capacity());
-        let refcounts = cache.refcounts();
-        let mut held = vec![0u32; refcounts.len()];
-        let mut private = 0u64;
-        for q in &self.seqs {
-            for &slot in &q.slots {
-                held[slot as usize] += 1;
-            }
-            private += u64::from(q.private);
-        }
-        if let Some(slot) = (0..held.len()).find(|&k| held[k] != refcounts[k]) {
-            panic!(
-                "block slot {slot}: {} references in the cache, {} requests hold it",
-                refcounts[slot], held[slot]
-            );
-        }
-        let named = refcounts.iter().filter(|&&r| r > 0).count() as u64;
-        assert_eq!(
-            named + private,
-            u64::from(cache.active()),
-            "active blocks differ from the named and private blocks requests hold"
-        );
     }
 
     /// Release running request `running[vi]` and send it back to the front of the queue to be
@@ -340,6 +312,7 @@ impl VllmScheduler {
         seq.named = 0;
         seq.computed = 0;
         seq.prefilling = true;
+        seq.queued_ms = f64::NEG_INFINITY;
         records.preemptions[seq.request as usize] += 1;
         self.preemptions += 1;
         self.push_waiting(id, true);
@@ -371,13 +344,19 @@ impl VllmScheduler {
     /// Plan a pass by the vLLM-like rules: running requests spend the token budget first, in
     /// admission order, preempting on a block shortage; then waiting requests are admitted FIFO
     /// while slots, budget and blocks allow.
-    fn plan_vllm(&mut self, mode: PreemptionMode, now: f64, records: &mut Records) {
+    /// Plan a vLLM pass at `now`, formed at `formed` (ms): requests that reached the rank
+    /// after `formed` wait for a later pass.
+    fn plan_vllm(&mut self, mode: PreemptionMode, now: f64, formed: f64, records: &mut Records) {
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
             let seq = &self.seqs[id as usize];
+            if seq.queued_ms > formed {
+                i += 1;
+                continue;
+            }
             let n = (seq.target() - seq.computed).min(budget);
             let need = self.new_blocks(seq.computed + n, seq.held());
             let mut preempted_self = false;
@@ -410,13 +389,21 @@ impl VllmScheduler {
         // vLLM admits no waiting request in a step that preempted (nor does Dynamo's mocker):
         // the victims would only be admitted again.
         while let Some(&id) = self.waiting.front().filter(|_| !preempted) {
-            if self.seqs_in_use() >= self.config.max_num_seqs as usize || budget == 0 {
+            if self.seqs_in_use() >= self.config.max_num_seqs as usize
+                || budget == 0
+                || self.seqs[id as usize].queued_ms > formed
+            {
                 break;
             }
             let Some(head) = self.head_chunk(id, budget) else {
                 break;
             };
-            if self.cache.available() < head.hit.inactive + head.need {
+            // vLLM 0.19 admits a request only if its whole prompt's blocks are free.
+            let need = match self.config.reserve_full_isl {
+                true => self.new_blocks(self.seqs[id as usize].target(), head.hit.blocks),
+                false => head.need,
+            };
+            if self.cache.available() < head.hit.inactive + need {
                 break;
             }
             self.admit(id, head, now, records);
@@ -429,10 +416,9 @@ impl VllmScheduler {
     /// new blocks for them; `None` when the pass has no room for it (an unchunked prompt larger
     /// than the budget runs alone, rather than never).
     pub(super) fn head_chunk(&self, id: u32, budget: u32) -> Option<Head> {
-        let seq = &self.seqs[id as usize];
-        let hit = self.cache.lookup(self.ids.of(seq.request as usize));
-        let target = seq.target();
-        let cached = (hit.blocks * self.config.block_size).min(target);
+        let target = self.seqs[id as usize].target();
+        let hit = self.cache.lookup(self.reusable_ids(id));
+        let cached = hit.blocks * self.config.block_size;
         let remaining = target - cached;
         let tokens = if remaining <= budget {
             remaining
@@ -465,30 +451,28 @@ impl VllmScheduler {
         }
         seq.named = head.hit.blocks;
         seq.computed = head.cached;
-        if !seq.admitted_once {
-            seq.admitted_once = true;
-            let r = seq.request as usize;
-            records.first_admit_ms[r] = now;
-            records.reused_tokens[r] = head.cached;
-        }
+        records.admit(seq.request as usize, now, head.cached);
         self.schedule(id, head.tokens, head.need);
         self.running.push(id);
     }
 
-    /// Start the pass planned in `in_pass`: its duration (ms), or `None` when it is empty.
-    fn launch(&mut self) -> Option<f64> {
+    /// The shape of the pass planned in `in_pass`.
+    fn pass_shape(&self) -> PassShape {
+        PassShape::of(self.in_pass.iter().map(|&id| {
+            let seq = &self.seqs[id as usize];
+            (seq.prefilling, seq.pass_tokens, seq.computed)
+        }))
+    }
+
+    /// Start the pass planned in `in_pass` at `now`: its shape, or `None` when it is empty.
+    fn launch(&mut self, now: f64) -> Option<PassShape> {
         if self.in_pass.is_empty() {
             return None;
         }
-        let shape = PassShape::of(self.in_pass.iter().map(|&id| {
-            let seq = &self.seqs[id as usize];
-            (seq.prefilling, seq.pass_tokens, seq.computed)
-        }));
         self.busy = true;
         self.passes += 1;
-        #[cfg(debug_assertions)]
-        self.check_invariants();
-        Some(self.timer.pass_ms(&shape))
+        self.last_pass = (now, f64::NAN);
+        Some(self.pass_shape())
     }
 }
 
@@ -517,8 +501,9 @@ impl Engine for VllmScheduler {
     }
 
     /// Queue request `i` (it has passed `never_fits`).
-    fn enqueue(&mut self, workload: &Workload, i: usize) {
+    fn enqueue(&mut self, workload: &Workload, i: usize, now: f64) {
         let id = self.new_seq(workload, i);
+        self.seqs[id as usize].queued_ms = now;
         self.push_waiting(id, false);
     }
 
@@ -568,9 +553,10 @@ impl Engine for VllmScheduler {
         &self.ids
     }
 
-    /// The identities of the full prompt blocks of prepared request `handle`.
-    fn prompt_ids(&self, handle: u32) -> &[BlockId] {
-        self.ids.of(self.seqs[handle as usize].request as usize)
+    fn reusable_ids(&self, handle: u32) -> &[BlockId] {
+        let seq = &self.seqs[handle as usize];
+        let ids = self.ids.of(seq.request as usize);
+        reusable_ids(ids, seq.target(), self.config.block_size)
     }
 
     /// Offload tiers: the waiting requests, in queue order, that the next pass could admit (up
@@ -606,12 +592,14 @@ impl Engine for VllmScheduler {
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
     /// private blocks for the following prompt blocks that come up from G2/G3 (as
     /// `reserve_remote` does). Returns false, holding nothing, when G1 cannot hold them now
-    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside).
+    /// (under TensorRT-LLM's no-evict, without the blocks running requests set aside): the
+    /// request is then looked up again before a later pass.
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
-        if self.cache.available() < hit.inactive + blocks {
-            return false;
-        }
-        if self.no_evict() && u64::from(hit.inactive + blocks) > self.unreserved_blocks() {
+        let need = hit.inactive + blocks;
+        if self.cache.available() < need
+            || (self.no_evict() && u64::from(need) > self.unreserved_blocks())
+        {
+            self.seqs[handle as usize].tier_checked = false;
             return false;
         }
         let seq = &mut self.seqs[handle as usize];
@@ -659,7 +647,8 @@ impl Engine for VllmScheduler {
             return None;
         }
         let id = self.new_seq(workload, i);
-        self.seqs[id as usize].hold(&mut self.cache, self.ids.of(i), hit, need);
+        let seq = &mut self.seqs[id as usize];
+        seq.hold(&mut self.cache, self.ids.of(i), hit, need);
         self.receiving += 1;
         if no_evict {
             self.receiving_reserved += self.blocks_to_completion(id);
@@ -685,6 +674,7 @@ impl Engine for VllmScheduler {
         let seq = &mut self.seqs[handle as usize];
         seq.computed = seq.prompt;
         seq.prefilling = false;
+        seq.queued_ms = now;
         seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
         if !first_token_now {
             // A zero-token step on the next pass emits the first token (generated stays 0).
@@ -703,12 +693,46 @@ impl Engine for VllmScheduler {
         }
     }
 
-    /// The rank's load as vLLM's data-parallel balancer scores it, `4 x waiting + running`
-    /// (vllm/v1/engine/core_client.py): requests holding blocks while their KV arrives or comes
-    /// up from the tiers count as waiting, as vLLM keeps them in its waiting queues.
-    fn load_score(&self) -> u64 {
-        let waiting = self.waiting.len() + self.receiving as usize + self.onboarding as usize;
-        4 * waiting as u64 + self.running.len() as u64
+    /// Waiting requests, those holding blocks while their KV arrives or comes up from the
+    /// tiers, and the running ones (prefilling or decoding).
+    fn load(&self) -> Load {
+        Load {
+            waiting: (self.waiting.len() + (self.receiving + self.onboarding) as usize) as u64,
+            running: self.running.len() as u64,
+        }
+    }
+
+    /// In blocks. An unchunked prompt larger than the budget runs alone rather than never.
+    #[cfg(debug_assertions)]
+    fn audit(&self) -> Audit {
+        let alone = self.in_pass.len() == 1 && !self.config.enable_chunked_prefill;
+        let cache = &self.cache;
+        let references = cache.refcounts();
+        let mut holders = vec![0u32; references.len()];
+        let mut private = 0u64;
+        for q in &self.seqs {
+            for &slot in &q.slots {
+                holders[slot as usize] += 1;
+            }
+            private += u64::from(q.private);
+        }
+        let named = holders.iter().filter(|&&n| n > 0).count() as u64;
+        Audit {
+            seats: self.seqs_in_use(),
+            max_seats: self.config.max_num_seqs as usize,
+            pass_tokens: self
+                .in_pass
+                .iter()
+                .map(|&id| self.seqs[id as usize].pass_tokens)
+                .collect(),
+            pass_budget: (!alone).then_some(u64::from(self.config.max_num_batched_tokens)),
+            memory: u64::from(cache.active() + cache.inactive()),
+            capacity: u64::from(cache.capacity()),
+            references,
+            holders,
+            held: u64::from(cache.active()),
+            held_by_requests: named + private,
+        }
     }
 
     /// Blocks the queue will need: waiting requests' prompts (and recomputed tokens).
@@ -757,16 +781,40 @@ impl Engine for VllmScheduler {
         self.preemptions
     }
 
+    fn pricing(&self) -> &Pricing {
+        &self.pricing
+    }
+
+    fn pricing_mut(&mut self) -> &mut Pricing {
+        &mut self.pricing
+    }
+
     /// Plan the next pass at `now`: running requests spend the token budget first, then waiting
-    /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass
-    /// duration (ms), or `None` when nothing could be scheduled.
-    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<f64> {
+    /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass's
+    /// shape, or `None` when nothing could be scheduled.
+    fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape> {
         debug_assert!(!self.busy && self.in_pass.is_empty());
         match self.config.planner {
-            Planner::Vllm(mode) => self.plan_vllm(mode, now, records),
+            Planner::Vllm(mode) => {
+                // With async scheduling, a pass following the last one straight away was formed
+                // when that one started. A pass formed then with nothing in it was never
+                // launched: vLLM forms one now, with what has arrived since.
+                let (start, end) = self.last_pass;
+                let formed = match self.config.async_scheduling && end == now {
+                    true => start,
+                    false => now,
+                };
+                self.plan_vllm(mode, now, formed, records);
+                if self.in_pass.is_empty() && formed < now {
+                    self.plan_vllm(mode, now, now, records);
+                }
+            }
             Planner::Trtllm(capacity) => self.plan_trtllm(capacity, now, records),
         }
-        self.launch()
+        let shape = self.launch(now);
+        #[cfg(debug_assertions)]
+        check_invariants(self);
+        shape
     }
 
     /// Chain plain decode passes without the event loop; returns the end (ms) of the pass
@@ -797,9 +845,8 @@ impl Engine for VllmScheduler {
             return (end, 0);
         }
         let bs = self.config.block_size;
-        // Passes whose ends are plain for every request, and KV tokens in the pass in flight.
+        // Passes whose ends are plain for every request.
         let mut plain = u32::MAX;
-        let mut kv = 0u64;
         for &id in &self.in_pass {
             let seq = &self.seqs[id as usize];
             if seq.prefilling
@@ -813,11 +860,12 @@ impl Engine for VllmScheduler {
             let before_last = seq.output - seq.generated - 1;
             let room = seq.held() * bs - seq.computed;
             plain = plain.min(before_last).min(room);
-            kv += u64::from(seq.computed);
         }
+        let shape = self.pass_shape();
         let (prev, end, passes) = chain_decode_passes(
-            &self.timer,
-            (n as u32, kv),
+            &self.pricing.timer,
+            self.pricing.log.as_deref_mut(),
+            shape,
             (start, end, horizon),
             plain,
             records,
@@ -839,11 +887,17 @@ impl Engine for VllmScheduler {
     /// keeping its KV for the transfer (see `take_handoffs`).
     fn finish_pass(&mut self, now: f64, records: &mut Records) {
         self.busy = false;
+        self.last_pass.1 = now;
         let mut any_left = false;
+        let pass_start = self.pricing.pass_start_ms();
         for &id in &self.in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
-            if seq.computed != seq.target() {
+            let prompt_done = seq.computed == seq.target();
+            if let (Some(start), true) = (pass_start, seq.prefilling) {
+                records.prefill_pass(seq.request as usize, start, now, prompt_done);
+            }
+            if !prompt_done {
                 continue; // a chunk of a longer prefill
             }
             seq.prefilling = false;
@@ -883,7 +937,7 @@ impl Engine for VllmScheduler {
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
         #[cfg(debug_assertions)]
-        self.check_invariants();
+        check_invariants(self);
     }
 }
 
@@ -915,15 +969,15 @@ mod tests {
         let timer = StepTimer::new(config.timing.clone(), 64);
         let mut rank = VllmScheduler::new(Role::Aggregated, &config.engine, timer, ids);
         let mut records = Records::new(vec![0.0; 2], &input, &output);
-        rank.enqueue(&workload, 0);
-        rank.enqueue(&workload, 1);
+        rank.enqueue(&workload, 0, 0.0);
+        rank.enqueue(&workload, 1, 0.0);
         assert!(rank.start_pass(0.0, &mut records).is_some());
         rank
     }
 
     #[test]
     fn consistent_block_accounting_passes_the_check() {
-        two_running().check_invariants();
+        check_invariants(&two_running());
     }
 
     #[test]
@@ -934,6 +988,6 @@ mod tests {
         // add up (4 slots held, 4 references), but two slots are now miscounted.
         let other = rank.seqs[1].slots[0];
         rank.seqs[0].slots[0] = other;
-        rank.check_invariants();
+        check_invariants(&rank);
     }
 }

@@ -5,8 +5,10 @@
 //! attention of its prefill chunks and of its decodes).
 
 mod grid;
+mod padding;
 
 pub use grid::Grid;
+pub use padding::{CaptureSizes, Lockstep};
 
 use crate::config::{FixedTiming, OpTables, PolynomialTiming, TimingConfig};
 
@@ -21,6 +23,9 @@ pub struct PassShape {
     pub decode_requests: u32,
     /// KV tokens the decoding requests attend over (their context lengths, this token included).
     pub decode_kv_tokens: u64,
+    /// The longest context of a decoding request (this token included): the row the decode
+    /// attention kernel finishes last.
+    pub decode_max_context: u32,
     /// Prefill chunks computing at least one token, the earlier tokens they attend over (a
     /// cached prefix or earlier chunks of the same prompt), and their attention work
     /// `sum n (p + (n + 1) / 2)` over chunks of `n` new tokens after `p` earlier ones: what the
@@ -42,6 +47,7 @@ impl PassShape {
             } else {
                 shape.decode_requests += 1;
                 shape.decode_kv_tokens += u64::from(computed);
+                shape.decode_max_context = shape.decode_max_context.max(computed);
             }
         }
         shape
@@ -77,39 +83,128 @@ enum Model {
 #[derive(Debug, Clone)]
 struct Ops {
     non_attention: Grid<1>,
+    /// The non-attention time by family of operations, for explaining a pass only (the price
+    /// reads `non_attention`, their sum).
+    non_attention_parts: Vec<(String, Grid<1>)>,
+    /// The parts that run on every data-parallel rank's tokens together (a MoE model's experts
+    /// and their dispatch), summed: a grouped pass prices them at the group's tokens.
+    group: Option<Grid<1>>,
     context_attention: Grid<3>,
     decode_attention: Grid<2>,
+    mixed_decode: MixedDecode,
+    /// CUDA graphs the engine pads a pass to (none: every pass at its own size).
+    graphs: CaptureSizes,
+}
+
+/// How the decode rows of a pass that also prefills are priced.
+#[derive(Debug, Clone)]
+enum MixedDecode {
+    /// Their attention in a pass of decodes only, times this.
+    Factor(f64),
+    /// Measured: over decode rows, mean context and the pass's prefill tokens.
+    Table(Grid<3>),
+}
+
+/// Parts of a non-attention family that run on every data-parallel rank's tokens together.
+const GROUP_PARTS: [&str; 2] = ["moe", "moe_dispatch"];
+
+/// The attention of one pass by part (ms).
+#[derive(Debug, Clone, Copy, Default)]
+struct Attention {
+    prefill: f64,
+    decode: f64,
+    /// What the longest decode row adds to a batch priced at its mean context.
+    decode_spread: f64,
+    /// What the decode rows of a mixed pass cost beyond their price in a pass of decodes.
+    mixed_decode: f64,
+}
+
+impl Attention {
+    fn total(&self) -> f64 {
+        self.prefill + self.decode + self.decode_spread + self.mixed_decode
+    }
+}
+
+/// The tokens a pass of `shape` computes with the non-attention operators, and the parts that
+/// move them away from its own count.
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    /// Its chunks' tokens and one per decoding request.
+    own: f64,
+    /// What the operators run on: `own`, or the captured graph it is padded to.
+    run: f64,
+    /// Grouped data-parallel pass: the group's tokens per rank the MoE layers run on.
+    moe: Option<f64>,
 }
 
 impl Ops {
     fn new(t: OpTables) -> Self {
         let flat2 = |g: Vec<Vec<f64>>| g.into_iter().flatten().collect();
+        let flat3 = |g: Vec<Vec<Vec<f64>>>| g.into_iter().flatten().flatten().collect();
+        let group_values: Vec<&Vec<f64>> = GROUP_PARTS
+            .iter()
+            .filter_map(|name| t.non_attention_parts.get(*name))
+            .collect();
+        let group = (!group_values.is_empty()).then(|| {
+            let sum = (0..t.tokens.len())
+                .map(|i| group_values.iter().map(|v| v[i]).sum())
+                .collect();
+            Grid::new([&t.tokens], sum)
+        });
+        let non_attention_parts = t
+            .non_attention_parts
+            .iter()
+            .map(|(name, values)| (name.clone(), Grid::new([&t.tokens], values.clone())))
+            .collect();
+        let mixed_decode = match t.mixed_decode_attention {
+            Some(m) => MixedDecode::Table(Grid::new(
+                [&m.batch, &m.context, &m.prefill_tokens],
+                flat3(m.ms),
+            )),
+            None => MixedDecode::Factor(t.mixed_decode_factor),
+        };
         Ops {
             non_attention: Grid::new([&t.tokens], t.non_attention_ms),
+            non_attention_parts,
+            group,
             context_attention: Grid::new(
                 [&t.chunk_batch, &t.chunk_tokens, &t.chunk_prefix],
-                t.context_attention_ms
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .collect(),
+                flat3(t.context_attention_ms),
             ),
             decode_attention: Grid::new(
                 [&t.decode_batch, &t.decode_context],
                 flat2(t.decode_attention_ms),
             ),
+            mixed_decode,
+            graphs: CaptureSizes::default(),
         }
     }
 
-    /// One pass: the non-attention operators over all its tokens, the chunks' attention (the
-    /// table's value for that many equal chunks of the mean size after the mean prefix, scaled
-    /// by the chunks' actual attention work over the equal chunks' work), the decodes'.
-    fn pass_ms(&self, shape: &PassShape) -> f64 {
-        let tokens = shape.prefill_tokens + u64::from(shape.decode_requests);
-        if tokens == 0 {
-            return 0.0;
+    /// What a pass of `shape` computes with the non-attention operators: padded to a captured
+    /// graph (alone), or to the group's graph when its data-parallel group passes in lockstep.
+    fn tokens(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> Tokens {
+        let own = shape.prefill_tokens + u64::from(shape.decode_requests);
+        let run = match lockstep {
+            Some(l) => l.pad_to.unwrap_or(own),
+            None => self.graphs.pad(own),
+        };
+        Tokens {
+            own: own as f64,
+            run: run as f64,
+            moe: lockstep.map(|l| l.moe_tokens_per_rank),
         }
-        let mut ms = self.non_attention.at([tokens as f64]);
+    }
+
+    /// The attention of a pass. Chunks: the table's value for that many equal chunks of the
+    /// mean size after the mean prefix, scaled by the chunks' actual attention work over the
+    /// equal chunks' work. Decodes: the table's value at the batch's mean context, which is
+    /// what the kernel reads (the sum of the contexts); plus the longest row's own time beyond
+    /// a row at the mean, because the kernel ends when its longest row does: a row's work is
+    /// split over thread blocks that the shorter rows finish first. It is at most what
+    /// padding every row to the longest would cost, and 0 when all rows are equal. In a pass
+    /// that also prefills, the decode rows cost what `mixed_decode` says.
+    fn attention(&self, shape: &PassShape) -> Attention {
+        let mut a = Attention::default();
         if shape.chunks > 0 {
             let b = f64::from(shape.chunks);
             let (n, p) = (
@@ -117,17 +212,105 @@ impl Ops {
                 shape.chunk_prefix_tokens as f64 / b,
             );
             let equal = self.context_attention.at([b, n, p]);
-            ms += equal * shape.chunk_attention_work / (b * attention_work(n, p));
+            a.prefill = equal * shape.chunk_attention_work / (b * attention_work(n, p));
         }
         if shape.decode_requests > 0 {
             let b = f64::from(shape.decode_requests);
-            ms += self
-                .decode_attention
-                .at([b, shape.decode_kv_tokens as f64 / b]);
+            let mean = shape.decode_kv_tokens as f64 / b;
+            a.decode = self.decode_attention.at([b, mean]);
+            let max = f64::from(shape.decode_max_context);
+            if max > mean {
+                let longest = self.decode_attention.at([1.0, max]);
+                a.decode_spread = (longest - self.decode_attention.at([1.0, mean])).max(0.0);
+            }
+            if shape.chunks > 0 {
+                a.mixed_decode = match &self.mixed_decode {
+                    MixedDecode::Factor(f) => (f - 1.0) * (a.decode + a.decode_spread),
+                    MixedDecode::Table(t) => {
+                        let p = shape.prefill_tokens as f64;
+                        t.at([b, mean, p]) - a.decode - a.decode_spread
+                    }
+                };
+            }
         }
-        ms
+        a
+    }
+
+    /// One pass: the non-attention operators over the tokens it runs (the MoE layers of a
+    /// grouped pass over the group's), plus its attention.
+    fn pass_ms(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> f64 {
+        let t = self.tokens(shape, lockstep);
+        if t.own == 0.0 {
+            return 0.0;
+        }
+        let mut ms = self.non_attention.at([t.run]);
+        if let (Some(moe), Some(group)) = (t.moe, &self.group) {
+            ms += group.at([moe]) - group.at([t.run]);
+        }
+        ms + self.attention(shape).total()
+    }
+
+    fn part_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match self.non_attention_parts.is_empty() {
+            true => vec!["non_attention".to_string()],
+            false => self
+                .non_attention_parts
+                .iter()
+                .map(|(n, _)| n.clone())
+                .collect(),
+        };
+        if self.graphs.largest() > 0 {
+            names.push("graph_padding".to_string());
+        }
+        if self.group.is_some() {
+            names.push("moe_other_ranks".to_string());
+        }
+        names.extend(OPS_ATTENTION_PARTS.iter().map(|n| n.to_string()));
+        names
+    }
+
+    /// The parts of `pass_ms`, in `part_names` order: each family over the pass's own tokens,
+    /// what padding to a graph adds, what the other data-parallel ranks' tokens add to the
+    /// MoE layers beyond the equal share the tables assume, then the attention.
+    fn add_parts(&self, shape: &PassShape, lockstep: Option<&Lockstep>, out: &mut [f64]) {
+        let t = self.tokens(shape, lockstep);
+        if t.own == 0.0 {
+            return;
+        }
+        let mut k = if self.non_attention_parts.is_empty() {
+            out[0] += self.non_attention.at([t.own]);
+            1
+        } else {
+            for (slot, (_, grid)) in out.iter_mut().zip(&self.non_attention_parts) {
+                *slot += grid.at([t.own]);
+            }
+            self.non_attention_parts.len()
+        };
+        if self.graphs.largest() > 0 {
+            out[k] += self.non_attention.at([t.run]) - self.non_attention.at([t.own]);
+            k += 1;
+        }
+        if let Some(group) = &self.group {
+            if let Some(moe) = t.moe {
+                out[k] += group.at([moe]) - group.at([t.run]);
+            }
+            k += 1;
+        }
+        let a = self.attention(shape);
+        let attention = [a.prefill, a.decode, a.decode_spread, a.mixed_decode];
+        for (slot, v) in out[k..].iter_mut().zip(attention) {
+            *slot += v;
+        }
     }
 }
+
+/// The parts of an operator-table price after the non-attention ones, in order.
+const OPS_ATTENTION_PARTS: [&str; 4] = [
+    "prefill_attention",
+    "decode_attention",
+    "decode_spread",
+    "mixed_decode_attention",
+];
 
 /// A step-time model bound to one worker's cache size.
 #[derive(Debug, Clone)]
@@ -164,13 +347,70 @@ impl StepTimer {
         }
     }
 
+    /// The engine pads a pass to the CUDA graphs captured for `sizes` (operator tables price
+    /// measured operators at the tokens they run on; the other models price whole passes).
+    pub fn with_graph_sizes(mut self, sizes: Vec<u32>) -> Self {
+        if let Model::Ops(ops) = &mut self.model {
+            ops.graphs = CaptureSizes::new(sizes);
+        }
+        self
+    }
+
+    /// What the data-parallel ranks of a grouped pass compute, each rank computing `tokens`
+    /// (see [`CaptureSizes::lockstep`]).
+    pub fn lockstep(&self, tokens: &[u64]) -> Lockstep {
+        match &self.model {
+            Model::Ops(ops) => ops.graphs.lockstep(tokens),
+            _ => CaptureSizes::default().lockstep(tokens),
+        }
+    }
+
     /// Duration of a pass (ms). Operator tables price it as one pass; the other models add a
     /// prefill cost if it prefills anything and a decode cost if it decodes anything. A pass
-    /// whose prompts were all cached and that decodes nothing costs 0.
+    /// that computes nothing costs 0.
+    #[inline]
     pub fn pass_ms(&self, shape: &PassShape) -> f64 {
+        self.pass_ms_in(shape, None)
+    }
+
+    /// [`StepTimer::pass_ms`] of one rank of a data-parallel group passing in `lockstep`
+    /// (operator tables price the tokens the group makes it compute; the other models price
+    /// the rank's own pass).
+    #[inline]
+    pub fn pass_ms_in(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> f64 {
         if let Model::Ops(ops) = &self.model {
-            return ops.pass_ms(shape);
+            return ops.pass_ms(shape, lockstep);
         }
+        let (prefill, decode) = self.prefill_and_decode_ms(shape);
+        prefill + decode
+    }
+
+    /// The names of the parts [`StepTimer::add_parts`] splits a pass's price into: for
+    /// operator tables each family of non-attention operations (or `non_attention`), then
+    /// `graph_padding` (with CUDA graphs), `moe_other_ranks` (with MoE parts), then
+    /// `prefill_attention`, `decode_attention`, `decode_spread` and `mixed_decode_attention`;
+    /// for the other models `prefill` and `decode`.
+    pub fn part_names(&self) -> Vec<String> {
+        match &self.model {
+            Model::Ops(ops) => ops.part_names(),
+            _ => vec!["prefill".to_string(), "decode".to_string()],
+        }
+    }
+
+    /// Add the parts of the price of a pass of `shape` (ms) to `out`, in the order of
+    /// [`StepTimer::part_names`]. They sum to [`StepTimer::pass_ms`] (for operator tables up to
+    /// rounding: the price reads the families' summed table).
+    pub fn add_parts(&self, shape: &PassShape, lockstep: Option<&Lockstep>, out: &mut [f64]) {
+        if let Model::Ops(ops) = &self.model {
+            return ops.add_parts(shape, lockstep, out);
+        }
+        let (prefill, decode) = self.prefill_and_decode_ms(shape);
+        out[0] += prefill;
+        out[1] += decode;
+    }
+
+    #[inline]
+    fn prefill_and_decode_ms(&self, shape: &PassShape) -> (f64, f64) {
         let prefill = if shape.prefill_tokens > 0 {
             self.prefill_ms(shape)
         } else {
@@ -181,7 +421,7 @@ impl StepTimer {
         } else {
             0.0
         };
-        prefill + decode
+        (prefill, decode)
     }
 
     fn prefill_ms(&self, shape: &PassShape) -> f64 {
@@ -311,11 +551,16 @@ mod tests {
     /// 10 + 0.1 T ms; chunk attention b (0.01 n + 0.001 p) ms; decode attention
     /// 0.5 b + 0.001 b c ms.
     fn ops() -> StepTimer {
+        StepTimer::new(TimingConfig::OpTables(op_tables()), 1)
+    }
+
+    fn op_tables() -> OpTables {
         let axis = |v: &[f64]| v.to_vec();
         let ca = |b: f64, n: f64, p: f64| b * (0.01 * n + 0.001 * p);
-        let tables = OpTables {
+        OpTables {
             tokens: axis(&[0.0, 1000.0]),
             non_attention_ms: vec![10.0, 110.0],
+            non_attention_parts: Default::default(),
             chunk_batch: axis(&[1.0, 2.0]),
             chunk_tokens: axis(&[0.0, 1000.0]),
             chunk_prefix: axis(&[0.0, 1000.0]),
@@ -331,8 +576,9 @@ mod tests {
             decode_batch: axis(&[1.0, 4.0]),
             decode_context: axis(&[0.0, 1000.0]),
             decode_attention_ms: vec![vec![0.5, 1.5], vec![2.0, 6.0]],
-        };
-        StepTimer::new(TimingConfig::OpTables(tables), 1)
+            mixed_decode_factor: 1.0,
+            mixed_decode_attention: None,
+        }
     }
 
     #[test]
@@ -366,9 +612,153 @@ mod tests {
         two.add_chunk(300, 400);
         let want = 50.0 + 4.4 * 170_200.0 / 120_200.0;
         assert!((t.pass_ms(&two) - want).abs() < 1e-9, "{}", t.pass_ms(&two));
-        // A fully cached prompt computes nothing: its pass is free.
+        // A chunk of no new tokens computes nothing: its pass is free (no engine flavour
+        // plans one: a pass computes at least a request's last token).
         let mut cached = PassShape::default();
         cached.add_chunk(0, 4096);
         assert_eq!(t.pass_ms(&cached), 0.0);
+    }
+
+    #[test]
+    fn the_longest_decode_row_adds_its_own_time_beyond_the_mean() {
+        let t = ops();
+        // Contexts 100, 200 and 1200: 1,500 KV tokens, mean 500, longest 1200. The batch at its
+        // mean: 0.5 x 3 + 0.001 x 3 x 500 = 3.0; the longest row alone beyond a row at the mean:
+        // (0.5 + 1.2) - (0.5 + 0.5) = 0.7 (the context axis extended past 1000); non-attention
+        // over 3 tokens 10.3.
+        let shape = PassShape::of([(false, 1, 100), (false, 1, 200), (false, 1, 1200)].into_iter());
+        assert_eq!(
+            (shape.decode_kv_tokens, shape.decode_max_context),
+            (1500, 1200)
+        );
+        assert!(
+            (t.pass_ms(&shape) - 14.0).abs() < 1e-9,
+            "{}",
+            t.pass_ms(&shape)
+        );
+        // Equal rows add nothing.
+        let equal = PassShape::of([(false, 1, 500); 3].into_iter());
+        assert!((t.pass_ms(&equal) - 13.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_parts_of_a_price_add_up_to_it() {
+        let mut shape = PassShape::of([(false, 1, 100), (false, 1, 900)].into_iter());
+        shape.add_chunk(500, 200);
+        // Without named families the non-attention operators are one part.
+        let t = ops();
+        let names = t.part_names();
+        assert_eq!(
+            names,
+            [
+                "non_attention",
+                "prefill_attention",
+                "decode_attention",
+                "decode_spread",
+                "mixed_decode_attention"
+            ]
+        );
+        let mut parts = vec![0.0; names.len()];
+        t.add_parts(&shape, None, &mut parts);
+        // 502 tokens: 60.2; chunk 5.2; decodes 2 at mean 500: 1 + 1 = 2; longest 900 over the
+        // mean: 0.4; decode rows of a mixed pass priced as decodes (factor 1).
+        let want = [60.2, 5.2, 2.0, 0.4, 0.0];
+        for (got, want) in parts.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{parts:?}");
+        }
+        assert!((parts.iter().sum::<f64>() - t.pass_ms(&shape)).abs() < 1e-9);
+        // Named families split the non-attention part: gemm 8 + 0.08 T, elementwise 2 + 0.02 T
+        // (they sum to the table's 10 + 0.1 T).
+        let mut tables = op_tables();
+        tables.non_attention_parts = [
+            ("gemm".to_string(), vec![8.0, 88.0]),
+            ("elementwise".to_string(), vec![2.0, 22.0]),
+        ]
+        .into();
+        let t = StepTimer::new(TimingConfig::OpTables(tables), 1);
+        assert_eq!(t.part_names()[..2], ["elementwise", "gemm"]);
+        let mut parts = vec![0.0; 6];
+        t.add_parts(&shape, None, &mut parts);
+        assert!((parts[0] - (2.0 + 0.02 * 502.0)).abs() < 1e-9);
+        assert!((parts[1] - (8.0 + 0.08 * 502.0)).abs() < 1e-9);
+        assert!((parts.iter().sum::<f64>() - t.pass_ms(&shape)).abs() < 1e-9);
+    }
+
+    /// A pass with a chunk of 500 after 200 and two decodes at context 500: 67.4 ms with the
+    /// decodes priced as in a decode pass (see `operator_tables_price_a_pass_as_one`).
+    fn mixed() -> PassShape {
+        let mut shape = PassShape::of([(false, 1, 500), (false, 1, 500)].into_iter());
+        shape.add_chunk(500, 200);
+        shape
+    }
+
+    #[test]
+    fn decode_rows_of_a_mixed_pass_cost_the_factor_or_the_measured_table() {
+        // Factor 2: the decodes' 2.0 ms of attention cost 4.0.
+        let mut tables = op_tables();
+        tables.mixed_decode_factor = 2.0;
+        let t = StepTimer::new(TimingConfig::OpTables(tables.clone()), 1);
+        assert!((t.pass_ms(&mixed()) - 69.4).abs() < 1e-9);
+        // A pass of decodes alone is not mixed: 13.3 as before.
+        let decode = PassShape::of([(false, 1, 500); 3].into_iter());
+        assert!((t.pass_ms(&decode) - 13.3).abs() < 1e-9);
+        // A measured table replaces the factor: 5 ms for the decode rows, 3 over their price.
+        tables.mixed_decode_attention = Some(crate::config::MixedDecodeAttention {
+            batch: vec![1.0],
+            context: vec![0.0],
+            prefill_tokens: vec![0.0],
+            ms: vec![vec![vec![5.0]]],
+        });
+        let t = StepTimer::new(TimingConfig::OpTables(tables), 1);
+        assert!((t.pass_ms(&mixed()) - 70.4).abs() < 1e-9);
+        let mut parts = vec![0.0; t.part_names().len()];
+        t.add_parts(&mixed(), None, &mut parts);
+        assert_eq!(t.part_names().last().unwrap(), "mixed_decode_attention");
+        assert!((parts.last().unwrap() - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_pass_runs_its_operators_at_the_captured_graph_size() {
+        // Graphs for 1, 2, 4, 8, 16 tokens: 3 decodes run as 4 tokens, 10.4 ms of operators
+        // (10 + 0.1 x 4) plus 3.0 of attention; 20 tokens fit no graph and run as 20.
+        let t = ops().with_graph_sizes(vec![1, 2, 4, 8, 16]);
+        let decode = PassShape::of([(false, 1, 500); 3].into_iter());
+        assert!((t.pass_ms(&decode) - 13.4).abs() < 1e-9);
+        let names = t.part_names();
+        assert_eq!(names[..2], ["non_attention", "graph_padding"]);
+        let mut parts = vec![0.0; names.len()];
+        t.add_parts(&decode, None, &mut parts);
+        assert!((parts[0] - 10.3).abs() < 1e-9 && (parts[1] - 0.1).abs() < 1e-9);
+        let mut prefill = PassShape::default();
+        prefill.add_chunk(20, 0);
+        // 10 + 2 of operators, 20 x 0.01 = 0.2 of attention (one chunk: its own work).
+        assert!((t.pass_ms(&prefill) - 12.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_grouped_pass_runs_its_moe_layers_on_every_ranks_tokens() {
+        // Non-attention 10 + 0.1 T split into gemm and moe halves. Rank 0 prefills 100 tokens
+        // while rank 1 has no work (a one-token dummy pass): no graphs, so the MoE layers run
+        // on 101 tokens, 50.5 a rank. Rank 0: gemm at 100 (10) + moe at 50.5 (5 + 2.525) +
+        // chunk attention 1.0 = 18.525; the tables alone (the other rank as busy) give 21.
+        let mut tables = op_tables();
+        tables.non_attention_parts = [
+            ("gemm".to_string(), vec![5.0, 55.0]),
+            ("moe".to_string(), vec![5.0, 55.0]),
+        ]
+        .into();
+        let t = StepTimer::new(TimingConfig::OpTables(tables), 1);
+        let mut prefill = PassShape::default();
+        prefill.add_chunk(100, 0);
+        let lockstep = t.lockstep(&[100, 0]);
+        assert_eq!(lockstep.moe_tokens_per_rank, 50.5);
+        assert!((t.pass_ms(&prefill) - 21.0).abs() < 1e-9);
+        assert!((t.pass_ms_in(&prefill, Some(&lockstep)) - 18.525).abs() < 1e-9);
+        let names = t.part_names();
+        assert_eq!(names[..3], ["gemm", "moe", "moe_other_ranks"]);
+        let mut parts = vec![0.0; names.len()];
+        t.add_parts(&prefill, Some(&lockstep), &mut parts);
+        assert!((parts[2] + 2.475).abs() < 1e-9, "{parts:?}");
+        assert!((parts.iter().sum::<f64>() - 18.525).abs() < 1e-9);
     }
 }

@@ -60,18 +60,43 @@ impl Rows {
     }
 }
 
-/// What every replay of `rows` under `config` must show: each request completed after it
-/// arrived (reusing at most its prompt) or rejected with a reason, counts that add up, one
-/// inter-token gap per completed output token after the first, and the same summary again.
+/// What every replay of `rows` under `config` must show: `check_outcomes`, and the same
+/// summary again.
 pub fn check_replay(rows: &Rows, config: &SimConfig, r: &Report) -> Result<(), TestCaseError> {
+    check_outcomes(rows, config, r)?;
+    let again = rows.replay(config);
+    prop_assert_eq!(r.summary_json(), again.summary_json());
+    Ok(())
+}
+
+/// What every request of a replay of `rows` under `config` must show: completed after it
+/// arrived, its first token taking time (a pass computes at least one token), reusing less
+/// than its prompt, or rejected with a reason; no KV transfer moving more than its prompt's
+/// KV; counts that add up, and one inter-token gap per completed output token after the
+/// first.
+pub fn check_outcomes(rows: &Rows, config: &SimConfig, r: &Report) -> Result<(), TestCaseError> {
     let s = &r.summary;
     prop_assert_eq!(s.completed_requests + s.rejected_requests, s.num_requests);
     let rec = &r.records;
+    let kv_bytes_per_token = config.kv_transfer.bytes_per_token();
     for i in 0..rows.arrival.len() {
+        let prompt_bytes = f64::from(rows.input[i]) * kv_bytes_per_token;
+        prop_assert!(
+            rec.transfer_bytes[i] <= prompt_bytes,
+            "request {}: {} transfer bytes for a prompt of {}",
+            i,
+            rec.transfer_bytes[i],
+            prompt_bytes
+        );
         if rec.status[i] == Status::Completed as u8 {
-            prop_assert!(rec.first_token_ms[i] >= rec.arrival_ms[i]);
+            prop_assert!(
+                rec.first_token_ms[i] > rec.arrival_ms[i],
+                "request {}: first token at its arrival, {} ms",
+                i,
+                rec.arrival_ms[i]
+            );
             prop_assert!(rec.last_token_ms[i] >= rec.first_token_ms[i]);
-            prop_assert!(rec.reused_tokens[i] <= rec.input_length[i]);
+            prop_assert!(rec.reused_tokens[i] < rec.input_length[i]);
         } else {
             prop_assert_eq!(rec.status[i], Status::Rejected as u8);
             prop_assert!(rec.reject_reason[i] != RejectReason::None as u8);
@@ -82,8 +107,6 @@ pub fn check_replay(rows: &Rows, config: &SimConfig, r: &Report) -> Result<(), T
         .map(|i| u64::from(rows.output[i]) - 1)
         .sum();
     prop_assert_eq!(s.itl_ms.count, completed_outputs);
-    let again = rows.replay(config);
-    prop_assert_eq!(r.summary_json(), again.summary_json());
     Ok(())
 }
 

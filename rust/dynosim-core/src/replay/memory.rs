@@ -1,0 +1,75 @@
+//! How much memory one replay may take, estimated before it runs: for callers that start
+//! several at once (a sweep's jobs) and must know they fit. An upper bound by construction:
+//! each part counts the most its structure can hold for the workload's size.
+
+use crate::config::{Role, SimConfig};
+use crate::kv::slot_index::index_bytes;
+
+/// Bytes a replay keeps per request at most: its records and derived metrics (about twenty
+/// 8-byte columns), its entries in queues, the dispatcher and the router.
+pub const REQUEST_BYTES: u64 = 512;
+/// Bytes a block cache keeps per block it holds (a 16-byte slot in a vector that doubles).
+pub const CACHE_BLOCK_BYTES: u64 = 32;
+/// Bytes a cache reserves up front however little it holds (65,536 slots).
+pub const CACHE_RESERVED_BYTES: u64 = 1 << 20;
+/// Bytes of the block identity tables per prompt block (the trie over the workload's hash
+/// ids, and each block's identity).
+pub const IDENTITY_BYTES: u64 = 24;
+
+/// The most bytes one replay of `config` takes for a workload of `requests` requests of
+/// `tokens` prompt and output tokens together (the workload's own columns not included).
+pub fn replay_bytes(config: &SimConfig, requests: u64, tokens: u64) -> u64 {
+    let mut total = REQUEST_BYTES * requests;
+    let tiers = &config.offload;
+    for (role, workers) in config.roles() {
+        let engine = config.role(role).0.with_defaults();
+        let block = u64::from(engine.block_size());
+        // Every block a request can name: its prompt's and output's, started blocks whole.
+        let ids = tokens / block + 2 * requests;
+        let ranks = u64::from(workers) * u64::from(engine.data_parallel_size);
+        let cache = |capacity: u32| {
+            let held = ids.min(u64::from(capacity));
+            CACHE_RESERVED_BYTES + held * CACHE_BLOCK_BYTES + index_bytes(capacity, ids, held)
+        };
+        total += IDENTITY_BYTES * ids + ranks * cache(engine.num_gpu_blocks);
+        if let Some(g2) = tiers.g2_blocks {
+            total += ranks * cache(g2);
+            if let Some(g3) = tiers.g3_blocks {
+                // One shared pool for the cluster, counted with the first role.
+                let pools = match (tiers.g3_shared, role) {
+                    (true, Role::Aggregated | Role::Prefill) => 1,
+                    (true, Role::Decode) => 0,
+                    (false, _) => ranks,
+                };
+                total += pools * cache(g3);
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_counts_requests_ranks_and_tiers() {
+        let config = SimConfig::default();
+        // 4 workers of 16,384 blocks of 64 tokens; 1,000 requests of 1,000 tokens:
+        // ids = 1,000,000 / 64 + 2,000 = 17,625, of which a cache holds at most its 16,384;
+        // a dense 2-byte index (35,250 bytes, within 16 MiB).
+        let cache = (1 << 20) + 16_384 * 32 + 17_625 * 2;
+        assert_eq!(
+            replay_bytes(&config, 1_000, 1_000_000),
+            512 * 1_000 + 24 * 17_625 + 4 * cache
+        );
+        let mut tiers = config.clone();
+        tiers.offload.g2_blocks = Some(100);
+        // G2 holds at most its 100 blocks; its index is dense all the same.
+        let g2 = (1 << 20) + 100 * 32 + 17_625 * 2;
+        assert_eq!(
+            replay_bytes(&tiers, 1_000, 1_000_000),
+            replay_bytes(&config, 1_000, 1_000_000) + 4 * g2
+        );
+    }
+}

@@ -172,9 +172,10 @@ class PlanResult:
 
     ``ranked``: each layout's fewest-GPU row meeting the SLA, fewest GPUs first (ties: the
     larger SLA margin); disaggregated layouts are searched within the fewest GPUs the
-    aggregated ones found (pruned searches). ``pick``: the first of them (None when no layout meets the SLA);
-    ``candidate`` and ``config`` its deployment (engine settings included) and the
-    configuration replayed, with the sizes it was replayed with (:mod:`dynosim.sizing`).
+    aggregated ones found (pruned searches). ``pick``: the first of them (None when no
+    layout meets the SLA); ``candidate`` and ``config`` its deployment (engine settings
+    included) and the configuration replayed, with the sizes it was replayed with
+    (:mod:`dynosim.sizing`).
     ``pareto``: the front of tokens/s/GPU against tokens/s/user over every replay within the
     GPU limit meeting the SLA. ``replays``: every replay run (probes beyond the limit
     included, marked by ``within_max_gpus``), numbered by layout, setting and point;

@@ -197,6 +197,8 @@ def test_identical_plans_write_identical_files(tmp_path):
     assert {"replays.csv", "pareto.csv", "candidate.yaml", "k8s_deploy.yaml"} <= set(names)
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    if (a / "pareto.html").exists():  # with the plot extra: the page says why too
+        assert "Why (the constraint that binds, and by how much)" in (a / "pareto.html").read_text()
     rows = list(csv.DictReader((a / "replays.csv").open()))
     assert [int(r["index"]) for r in rows] == list(range(len(rows)))
     assert "wall_ms" not in rows[0]
@@ -206,7 +208,8 @@ def test_identical_plans_write_identical_files(tmp_path):
 def test_a_manifest_with_the_chunking_flag_changed_fails_validation(tmp_path, capsys):
     out = tmp_path / "o"
     argv = [*PLAN, "--sla-ttft-ms", "600", "--sla-tpot-ms", "30", "--max-gpus", "4", "--tp", "2"]
-    assert main([*argv, "--chunked-prefill", "on", "-o", str(out)]) == 0
+    # With a G2 tier per rank (its KV bytes per token from the model, its link PCIe).
+    assert main([*argv, "--chunked-prefill", "on", "--g2-blocks", "4096", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "chunked on" in printed and "why (the constraint that binds" in printed
     manifest, candidate = out / "k8s_deploy.yaml", str(out / "candidate.yaml")

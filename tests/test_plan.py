@@ -325,7 +325,7 @@ def test_each_backend_has_its_own_switches():
         engine_ladder("sglang", dynosim.SimConfig(), facts(1000, None), chunked=[False])
     with pytest.raises(ConfigError, match=r"chunked_prefill: AIC's generator .* renders no chunk"):
         engine_ladder("vllm", dynosim.SimConfig(), facts(1000, None), chunked=[False])
-    with pytest.raises(ConfigError, match=r"token budgets: expected a non-empty list of positive"):
+    with pytest.raises(ConfigError, match=r"token_budgets: expected a non-empty list of positive"):
         engine_ladder("vllm", dynosim.SimConfig(), facts(1000, None), budgets=[0])
 
 

@@ -184,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
             kv_link_gbps=args.kv_link_gbps,
             base=args.config,
             offload={
-                k: v for k, v in (("g2_blocks", args.g2_blocks), ("g3_blocks", args.g3_blocks)) if v
+                k: v
+                for k, v in (("g2_blocks", args.g2_blocks), ("g3_blocks", args.g3_blocks))
+                if v is not None
             },
             search=args.search,
             executor=args.executor,

@@ -142,8 +142,8 @@ def engine_ladder(
         budgets = sorted({max(1, b0 // 2), b0, 2 * b0, 4 * b0})
     if max_num_seqs is None:
         max_num_seqs = sorted({max(1, s0 // 4), max(1, s0 // 2), s0})
-    listed("token budgets", budgets)
-    listed("max_num_seqs", max_num_seqs)
+    listed("token_budgets", budgets)
+    listed("max_batch_size", max_num_seqs)
     if backend == "sglang":
         if chunked is not None and list(chunked) != [True]:
             raise ConfigError(

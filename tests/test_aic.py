@@ -275,8 +275,12 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("DYNOSIM_CACHE_DIR", str(tmp_path / "c"))
     assert aic.default_cache_dir() == tmp_path / "c"
     monkeypatch.delenv("DYNOSIM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert aic.default_cache_dir() == tmp_path / "xdg" / "dynosim"
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert aic.default_cache_dir() == tmp_path / ".cache" / "dynosim"
+    for ignored in ("", "relative/cache"):  # unset or relative: the XDG default
+        monkeypatch.setenv("XDG_CACHE_HOME", ignored)
+        assert aic.default_cache_dir() == tmp_path / ".cache" / "dynosim"
 
 
 def _tiny_ops(scale: float = 1.0) -> OpTables:

@@ -3,6 +3,7 @@ bad inputs refused (exit 2, naming the path) before any replay or drawing."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -81,7 +82,8 @@ def test_a_bad_output_path_exits_2_before_the_replay(tmp_path, capsys, monkeypat
     def no_replay(*args, **kwargs):
         raise AssertionError("the replay ran before the output path was checked")
 
-    monkeypatch.setattr("dynosim.cli.replay.replay", no_replay)
+    # The command imports the replay when it runs it: patch it where it lives.
+    monkeypatch.setattr(importlib.import_module("dynosim.replay"), "replay", no_replay)
     target = tmp_path / where
     argv = ["replay", "--no-progress", "--html", str(target)]
     assert main(argv) == EXIT_BAD_INPUT

@@ -4,6 +4,7 @@ the command quietly, and no interrupted write leaves a partial file under the ou
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import stat
@@ -33,7 +34,8 @@ def no_replay(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the replay ran before the output path was checked")
 
-    monkeypatch.setattr("dynosim.cli.replay.replay", refuse)
+    # The command imports the replay when it runs it: patch it where it lives.
+    monkeypatch.setattr(importlib.import_module("dynosim.replay"), "replay", refuse)
 
 
 def _err(capsys) -> str:

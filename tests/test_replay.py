@@ -221,6 +221,19 @@ def test_unset_engine_settings_read_their_flavours_defaults_from_the_core():
     assert engine.max_num_batched_tokens is None
 
 
+def test_the_resolved_view_carries_the_tiers_rates_each_unset_one_from_its_link():
+    assert dynosim.config.resolve(dynosim.SimConfig()).offload is None
+    config = dynosim.load_config(
+        {
+            "kv_transfer": {"kv_bytes_per_token": 2},
+            "offload": {"g2_blocks": 8, "g1_g2_gbps": 10, "g1_g2_write_gbps": 4, "g2_g3_gbps": 3},
+        }
+    )
+    rates = dynosim.config.resolve(config).offload
+    assert (rates.g1_g2_read_gbps, rates.g1_g2_write_gbps) == (10.0, 4.0)
+    assert (rates.g2_g3_read_gbps, rates.g2_g3_write_gbps) == (3.0, 3.0)
+
+
 def test_bad_config_file(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("engine: [1, 2\n")

@@ -10,58 +10,36 @@ The package is layered, data flowing one way: ``workload`` (traces and synthetic
 columns) and ``config`` (typed settings) feed ``replay``, which runs the Rust core and returns a
 ``report``; ``aic`` (the one place that calls AIConfigurator) builds timing tables and model
 data; ``deploy`` turns a simulated candidate into a Kubernetes manifest; ``compare``, ``bench``
-and ``cli`` sit on top. Names from ``deploy`` and ``compare_measured`` are imported on first
-use.
+and ``cli`` sit on top. Every public name is imported on first use.
 """
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dynosim._version import VERSION
-from dynosim.config import (
-    ClusterConfig,
-    EngineConfig,
-    FixedTiming,
-    KvShape,
-    KvTransferConfig,
-    OffloadConfig,
-    PolynomialTiming,
-    ReportConfig,
-    RoleConfig,
-    SimConfig,
-    SlaConfig,
-    TableTiming,
-    load_config,
-    load_timing_table,
-)
-from dynosim.errors import (
-    ConfigError,
-    DynosimError,
-    ManifestError,
-    MissingExtraError,
-    OutputError,
-    ReportError,
-    SimulationError,
-    WorkloadError,
-)
-from dynosim.links import max_min_rates
-from dynosim.plan import PlanResult, Sla, Space, SweepResult, plan, sweep
-from dynosim.replay import replay
-from dynosim.report import REJECT_REASONS, Report, load_report
-from dynosim.workload import (
-    MeasuredRun,
-    SyntheticWorkload,
-    TraceColumns,
-    TraceWorkload,
-    load_measured,
-    load_trace,
-    sample_trace_path,
-)
 
 if TYPE_CHECKING:
     from dynosim.compare.measured import compare_measured
+    from dynosim.config import (
+        ClusterConfig,
+        EngineConfig,
+        FixedTiming,
+        KvShape,
+        KvTransferConfig,
+        OffloadConfig,
+        PolynomialTiming,
+        ReportConfig,
+        RoleConfig,
+        SimConfig,
+        SlaConfig,
+        TableTiming,
+        load_config,
+        load_timing_table,
+    )
     from dynosim.deploy import (
         Candidate,
         LoweredWorkload,
@@ -74,12 +52,55 @@ if TYPE_CHECKING:
         render_dgd,
         validate_manifest,
     )
+    from dynosim.errors import (
+        ConfigError,
+        DynosimError,
+        ManifestError,
+        MissingExtraError,
+        OutputError,
+        ReportError,
+        SimulationError,
+        WorkloadError,
+    )
+    from dynosim.links import max_min_rates
+    from dynosim.plan import PlanResult, Sla, Space, SweepResult, plan, sweep
+    from dynosim.replay import replay
+    from dynosim.report import REJECT_REASONS, Report, load_report
+    from dynosim.workload import (
+        MeasuredRun,
+        SyntheticWorkload,
+        TraceColumns,
+        TraceWorkload,
+        load_measured,
+        load_trace,
+        sample_trace_path,
+    )
 
-#: Public names imported on first use, by the module that defines them.
+#: Every public name, imported on first use from the module that defines it: ``import
+#: dynosim`` (which every command line start runs) then costs nothing of pydantic, numpy or
+#: AIConfigurator until a name is used.
 _LAZY = {
-    **{
-        name: "dynosim.deploy"
-        for name in (
+    **dict.fromkeys(
+        (
+            "ClusterConfig",
+            "EngineConfig",
+            "FixedTiming",
+            "KvShape",
+            "KvTransferConfig",
+            "OffloadConfig",
+            "PolynomialTiming",
+            "ReportConfig",
+            "RoleConfig",
+            "SimConfig",
+            "SlaConfig",
+            "TableTiming",
+            "load_config",
+            "load_timing_table",
+        ),
+        "dynosim.config",
+    ),
+    **dict.fromkeys(
+        (
             "Candidate",
             "LoweredWorkload",
             "Problem",
@@ -90,10 +111,54 @@ _LAZY = {
             "lower_workload",
             "render_dgd",
             "validate_manifest",
-        )
-    },
+        ),
+        "dynosim.deploy",
+    ),
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "DynosimError",
+            "ManifestError",
+            "MissingExtraError",
+            "OutputError",
+            "ReportError",
+            "SimulationError",
+            "WorkloadError",
+        ),
+        "dynosim.errors",
+    ),
+    **dict.fromkeys(("PlanResult", "Sla", "Space", "SweepResult", "plan", "sweep"), "dynosim.plan"),
+    **dict.fromkeys(("REJECT_REASONS", "Report", "load_report"), "dynosim.report"),
+    **dict.fromkeys(
+        (
+            "MeasuredRun",
+            "SyntheticWorkload",
+            "TraceColumns",
+            "TraceWorkload",
+            "load_measured",
+            "load_trace",
+            "sample_trace_path",
+        ),
+        "dynosim.workload",
+    ),
     "compare_measured": "dynosim.compare.measured",
+    "max_min_rates": "dynosim.links",
+    "replay": "dynosim.replay",
 }
+
+
+class _Package(ModuleType):
+    """This package's module type: ``dynosim.replay`` and ``dynosim.plan`` name functions, so
+    importing the submodules of the same names (which sets them as attributes) leaves the
+    functions in place, as when they were imported up front."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("replay", "plan") and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -429,8 +429,8 @@ def aic_kv_capacity(
         ConfigError: the fraction is not in (0, 1], the section is not one AIC supports, or the
             rank has no room for a block (the message gives the figures).
     """
+    from dynosim._cache import default_cache_dir
     from dynosim.aic.models import kv_memory
-    from dynosim.aic.tables import default_cache_dir
     from dynosim.aic.target import resolve_aic_timing
 
     fraction = _check_positive("gpu_memory_utilization", gpu_memory_utilization)

@@ -47,7 +47,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -58,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from dynosim._cache import default_cache_dir
 from dynosim._dependencies import aic_core
 from dynosim.aic.database import bundled_model_config, system_spec, text_config
 from dynosim.aic.target import AicTarget, resolve_aic_timing
@@ -228,12 +228,6 @@ def refine_axis(
             break
         axis = sorted({*axis, where})
     return axis
-
-
-def default_cache_dir() -> Path:
-    """``$DYNOSIM_CACHE_DIR``, else ``~/.cache/dynosim``."""
-    env = os.environ.get("DYNOSIM_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "dynosim"
 
 
 def table_cache_path(target: AicTarget, cache_dir: Path | None = None) -> Path:

@@ -25,13 +25,19 @@ from pathlib import Path
 from typing import IO, Any, get_args
 
 from dynosim._files import atomic_open
-from dynosim.cli.common import plain_warnings, run_command
+from dynosim.cli.common import missing_extra_is_bad_input, plain_warnings, run_command
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
-from dynosim.compare.aisimulate import AISIMULATE_VERSION, RUN_TIMEOUT_S, AisimulateReplay
+from dynosim.compare.aisimulate import (
+    AISIMULATE_VERSION,
+    RELEASES,
+    RUN_TIMEOUT_S,
+    AisimulateReplay,
+)
 from dynosim.compare.dynamo import DynamoReplay
-from dynosim.compare.peer import PeerRun, metric_rows
+from dynosim.compare.peer import LINK_MODELS, PeerRun, metric_rows
 from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, ClusterConfig, SimConfig
+from dynosim.errors import MissingExtraError
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.workload import load_trace
@@ -220,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         "--link-model",
         choices=["max_min", "line_rate"],
         help="disagg: links shared max-min fairly (dynosim's default) or every transfer at "
-        "line rate (Dynamo's and AISimulate's model; the default with --compare)",
+        "line rate (Dynamo's and AISimulate 0.13.0's model); with --compare the peer's model",
     )
     p.add_argument(
         "--iterations", type=int, default=1, metavar="N", help="replays to run (default 1)"
@@ -245,8 +251,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=["dynamo", "aisimulate"],
         help="also run another simulator on the same trace and settings, as often as "
         "--iterations, and print both side by side: dynamo, Dynamo's offline replay (pip "
-        "install 'dynosim[compare]'), or aisimulate, AISimulate's (aisimulate-core "
-        f"{AISIMULATE_VERSION}, built from this source checkout with cargo on first use)",
+        "install 'dynosim[compare]'), or aisimulate, AISimulate's (aisimulate-core, its "
+        "replay built with cargo on first use into dynosim's cache directory)",
+    )
+    p.add_argument(
+        "--aisimulate-version",
+        choices=list(RELEASES),
+        metavar="VERSION",
+        help=f"aisimulate: the aisimulate-core release to compare with (default "
+        f"{AISIMULATE_VERSION}; {', '.join(v for v in RELEASES if v != AISIMULATE_VERSION)} "
+        "shares its KV-transfer links max-min fairly)",
     )
     p.add_argument(
         "--compare-timeout",
@@ -268,6 +282,20 @@ _DISAGG_ONLY = (
     "kv_transfer_bandwidth",
     "link_model",
 )
+
+
+def _peer_title(args: argparse.Namespace) -> str:
+    """The simulator --compare names, with the release for AISimulate."""
+    if args.compare == "aisimulate":
+        return f"AISimulate {args.aisimulate_version or AISIMULATE_VERSION}"
+    return _PEERS[args.compare]
+
+
+def _peer_link_model(args: argparse.Namespace) -> str:
+    """How the --compare peer's KV transfers use links (a key of LINK_MODELS)."""
+    if args.compare == "aisimulate":
+        return RELEASES[args.aisimulate_version or AISIMULATE_VERSION].link_model
+    return "line_rate"
 
 
 #: The engine setting --max-num-batched-tokens sets, by flavour (the pass's token budget).
@@ -298,22 +326,24 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
             "--num-workers: counts aggregated workers; with --serving-mode disagg give "
             "--num-prefill-workers and --num-decode-workers"
         )
+    for name in ("compare_timeout", "aisimulate_version"):
+        if getattr(args, name) is not None and args.compare != "aisimulate":
+            parser.error(f"{_flag(name)}: only with --compare aisimulate")
     if args.compare_timeout is not None:
-        if args.compare != "aisimulate":
-            parser.error("--compare-timeout: only with --compare aisimulate")
         if not args.compare_timeout > 0:
             parser.error(f"--compare-timeout must be positive, got {args.compare_timeout:g}")
     link_model = args.link_model
     peer_disagg = args.compare is not None and args.serving_mode == "disagg"
     if peer_disagg:
-        if link_model == "max_min":
+        peer_links = _peer_link_model(args)
+        if link_model not in (None, peer_links):
             parser.error(
-                f"--link-model max_min: {_PEERS[args.compare]} moves every transfer at line "
-                f"rate; --compare {args.compare} needs --link-model line_rate"
+                f"--link-model {link_model}: {_peer_title(args)} {LINK_MODELS[peer_links]}; "
+                f"--compare {args.compare} needs --link-model {peer_links}"
             )
         # Without a bandwidth transfers are instant on both sides: no link model to set.
         if args.kv_transfer_bandwidth is not None:
-            link_model = "line_rate"
+            link_model = peer_links
     data: dict[str, Any] = SimConfig().model_dump()
     if peer_disagg:
         # Count first tokens as the peers do: after the decode worker's first pass.
@@ -463,14 +493,19 @@ def make_peer(args: argparse.Namespace, config: SimConfig, rss: PeakRss) -> Peer
         # In this process: the peak memory is measured around each call.
         return Peer(name, args.compare, title, lambda: dynamo.run(rss))
     if args.compare == "aisimulate":
-        aisim = AisimulateReplay(
-            args.trace,
-            config,
-            args.trace_block_size,
-            timeout_s=args.compare_timeout or RUN_TIMEOUT_S,
-            announce=lambda command: print(f"offline_replay_bench: {command}", file=sys.stderr),
-        )
-        title = f"dynosim vs AISimulate (aisimulate-core {AISIMULATE_VERSION}) replay"
+        release = args.aisimulate_version or AISIMULATE_VERSION
+        try:
+            aisim = AisimulateReplay(
+                args.trace,
+                config,
+                args.trace_block_size,
+                timeout_s=args.compare_timeout or RUN_TIMEOUT_S,
+                announce=lambda line: print(f"offline_replay_bench: {line}", file=sys.stderr),
+                version=release,
+            )
+        except MissingExtraError as e:  # no cargo: asked for on the command line
+            raise missing_extra_is_bad_input(e) from None
+        title = f"dynosim vs AISimulate (aisimulate-core {release}) replay"
         return Peer(name, args.compare, title, aisim.run)
     return None
 

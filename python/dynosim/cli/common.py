@@ -10,10 +10,12 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import DynosimError, MissingExtraError, OutputError
-from dynosim.workload import SyntheticWorkload, TraceWorkload, load_trace, sample_trace_path
+
+if TYPE_CHECKING:
+    from dynosim.workload import SyntheticWorkload, TraceWorkload
 
 #: Exit codes: bad input (trace, config, flags) or an output that cannot be written, and a
 #: failed simulation.
@@ -141,6 +143,8 @@ def workload_from_args(
 ) -> tuple[TraceWorkload | SyntheticWorkload, str]:
     """The workload the flags describe, and a name for it. Without TRACE or --synthetic: the
     bundled sample when ``sample_when_missing``, else a usage error."""
+    from dynosim.workload import SyntheticWorkload, load_trace, sample_trace_path
+
     if args.synthetic:
         if args.trace is not None:
             raise UsageError("give a TRACE or --synthetic, not both")

@@ -4,11 +4,14 @@ deployment and print the simulated latencies and throughput beside the measured 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynosim.cli.common import SYNTHETIC_FLAGS, UsageError
-from dynosim.compare.measured import MeasuredComparison
-from dynosim.workload.measured import MEASURED_FORMATS, MeasuredRun, load_measured
+from dynosim.workload.measured import MEASURED_FORMATS, load_measured
+
+if TYPE_CHECKING:
+    from dynosim.compare.measured import MeasuredComparison
+    from dynosim.workload.measured import MeasuredRun
 
 #: How each compared metric is shown.
 _LABELS = {

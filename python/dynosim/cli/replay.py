@@ -6,25 +6,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynosim._dependencies import matplotlib
-from dynosim._files import atomic_open
 from dynosim.cli import measured
-from dynosim.cli.breakdown import render_breakdown
 from dynosim.cli.common import (
     UsageError,
     add_workload_arguments,
     missing_extra_is_bad_input,
     workload_from_args,
 )
-from dynosim.cli.output import check_outputs
-from dynosim.cli.summary import render_summary
-from dynosim.compare.measured import compare_measured
-from dynosim.config import SimConfig, load_config, load_timing_table
 from dynosim.errors import MissingExtraError
-from dynosim.replay import replay
 from dynosim.workload.measured import MEASURED_FORMATS
+
+if TYPE_CHECKING:
+    from dynosim.config import SimConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -156,6 +151,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
+    from dynosim.config import SimConfig, load_config
+
     """The configuration the flags describe."""
     data: dict[str, Any] = load_config(args.config).model_dump()
     for flag, section, key in (
@@ -301,6 +298,8 @@ def _timing(
         return {"model": "fixed", **fixed}
     if model == "table":
         if args.timing_table is not None:
+            from dynosim.config import load_timing_table
+
             return load_timing_table(args.timing_table).model_dump()
         if current["model"] != "table":
             raise UsageError("--timing table needs --timing-table FILE.npz")
@@ -308,7 +307,16 @@ def _timing(
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `dynosim replay --help` needs none of them.
     from rich.console import Console
+
+    from dynosim._dependencies import matplotlib
+    from dynosim._files import atomic_open
+    from dynosim.cli.breakdown import render_breakdown
+    from dynosim.cli.output import check_outputs
+    from dynosim.cli.summary import render_summary
+    from dynosim.compare.measured import compare_measured
+    from dynosim.replay import replay
 
     json_file = None if args.json in (None, "-") else Path(args.json)
     check_outputs(

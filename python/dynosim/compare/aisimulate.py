@@ -1,8 +1,9 @@
 """Side by side with AISimulate, the simulator dynosim grew from, through its published Rust
-core (crates.io ``aisimulate-core`` 0.13.0; its Python wheel cannot be installed from PyPI).
+core (crates.io ``aisimulate-core``; its Python wheel cannot be installed from PyPI): the stable
+0.13.0 by default, or a development release (:data:`RELEASES`).
 
-The workspace crate ``rust/dynosim-aisim`` replays a Mooncake trace with AISimulate and prints
-its summary as JSON (:mod:`~dynosim.compare.aisimulate_build` builds it on first use). This
+The crate ``rust/dynosim-aisim`` replays a Mooncake trace with AISimulate and prints its summary
+as JSON (:mod:`~dynosim.compare.aisimulate_build` builds it on first use, per release). This
 module maps a dynosim configuration onto that binary's flags, runs it under a timeout and reads
 its summary, which has the keys of Dynamo's (the two share the model).
 
@@ -10,10 +11,11 @@ Only what both simulators model can be compared; the rest raises
 :class:`~dynosim.errors.ConfigError` naming the setting:
 
 - timing other than the polynomial model;
-- in disaggregation, links shared max-min fairly (AISimulate's published replay delays each
-  transfer by its size over the full bandwidth: use ``kv_transfer.link_model: line_rate``) and
-  a first token counted at the KV's arrival (AISimulate counts it after the decode worker's
-  first pass: ``kv_transfer.first_token: first_decode_pass``);
+- in disaggregation, another link model than the release's (0.13.0 delays each transfer by its
+  size over the full bandwidth: ``kv_transfer.link_model: line_rate``; the development release
+  shares each prefill rank's send link and each decode rank's receive link max-min fairly:
+  ``max_min``) and a first token counted at the KV's arrival (AISimulate counts it after the
+  decode worker's first pass: ``kv_transfer.first_token: first_decode_pass``);
 - routers other than round robin (the published replay composes no other placement);
 - KV offload tiers (AISimulate's G2/G3 tiers are another model: FIFO transfer lanes per rank,
   offload writes that take bandwidth, a latency to the first byte of G3);
@@ -27,24 +29,68 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynosim.compare.aisimulate_build import aisimulate_binary, run_program
+from dynosim.compare.aisimulate_build import (
+    BINARY_ENV,
+    DEFAULT_VERSION,
+    aisimulate_binary,
+    run_program,
+)
 from dynosim.compare.peer import (
     PeerRun,
-    line_rate_transfer,
     mocker_scheduling,
     mooncake_trace,
+    peer_transfer,
     polynomial_timing,
     round_robin,
 )
-from dynosim.config import RoleView, SimConfig, resolve
+from dynosim.config import Resolved, RoleView, SimConfig, resolve
 from dynosim.errors import ConfigError, DynosimError
 
 PEER = "AISimulate"
-#: The ``aisimulate-core`` release ``rust/dynosim-aisim`` is pinned to.
-AISIMULATE_VERSION = "0.13.0"
+
+
+@dataclass(frozen=True)
+class Release:
+    """An ``aisimulate-core`` release the comparison builds on, and how its KV transfers use
+    links (a key of :data:`~dynosim.compare.peer.LINK_MODELS`)."""
+
+    version: str
+    link_model: str
+    #: Whether its G2/G3 tiers share their links max-min fairly like dynosim's (compared), or
+    #: are another model (FIFO transfer lanes per rank: refused).
+    offload_tiers: bool
+
+
+#: The releases ``--aisimulate-version`` takes, by version: the stable one (the default) and the
+#: development build whose P/D links are shared max-min fairly.
+RELEASES = {
+    r.version: r
+    for r in (
+        Release(DEFAULT_VERSION, link_model="line_rate", offload_tiers=False),
+        Release("0.13.0-dev.202611020000000092", link_model="max_min", offload_tiers=True),
+    )
+}
+#: The release compared with by default.
+AISIMULATE_VERSION = DEFAULT_VERSION
+#: The release whose offload tiers are compared.
+_TIERED = next(r.version for r in RELEASES.values() if r.offload_tiers)
+
+
+def release(version: str) -> Release:
+    """The release of ``version``; ConfigError naming the known ones otherwise."""
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise ConfigError(
+            f"aisimulate version {version!r}: the comparison builds on aisimulate-core "
+            f"{', '.join(RELEASES)}"
+        ) from None
+
+
 #: Seconds one replay may take (the conversation trace takes about 6 s). AISimulate's SGLang
 #: engine can spin without progress on a request that never fits its cache.
 RUN_TIMEOUT_S = 600.0
@@ -130,23 +176,79 @@ def _engine_flags(role: RoleView, prefix: str) -> list[str]:
     ]
 
 
-def aisimulate_args(config: SimConfig, trace_block_size: int) -> list[str]:
-    """The ``dynosim-aisim`` flags (after the trace) that replay like ``config``.
+def _offload_flags(config: SimConfig, view: Resolved, version: str) -> list[str]:
+    """The offload tiers (every rank's) as the binary's flags: dynosim's G2 is AISimulate's
+    host tier (its G1<->G2 link the host-to-device and device-to-host bandwidths), its G3 the
+    G3 tier per worker or, with ``g3_shared``, one pool whose caps are the pool link's (no cap
+    per worker, as dynosim has none). Refuses tiers the release cannot compare."""
+    o, rates = config.offload, view.offload
+    if rates is None:
+        return []
+    if not release(version).offload_tiers:
+        raise ConfigError(
+            f"offload.g2_blocks: AISimulate {version}'s offload tiers are another model (FIFO "
+            "transfer lanes per rank, a latency to G3's first byte); compare without offload "
+            f"tiers, or with --aisimulate-version {_TIERED}, got {o.g2_blocks}"
+        )
+    peer = f"{PEER} {version}"
+    for name, value, want in (
+        ("writes", o.writes, "flows"),  # its copies down take bandwidth
+        ("in_flight", o.in_flight, "wait"),  # a lookup of a pending block is deferred
+    ):
+        if value != want:
+            raise ConfigError(f"offload.{name}: {peer} models {want!r} only, got {value!r}")
+    bytes_per_token = view.kv_transfer.bytes_per_token
+    if bytes_per_token is None:
+        raise ConfigError(
+            "offload: the comparison sizes offload copies by kv_transfer.kv_bytes_per_token "
+            "(or kv_shape); give it"
+        )
+    if bytes_per_token != int(bytes_per_token):
+        raise ConfigError(
+            f"kv_transfer.kv_bytes_per_token: {peer} sizes offload copies in whole bytes, got "
+            f"{bytes_per_token}"
+        )
+    args = ["--kv-cache-bytes-per-token", str(int(bytes_per_token))]
+    args += ["--host-blocks", str(o.g2_blocks), "--h2d-gbps", _text(rates.g1_g2_read_gbps)]
+    args += ["--d2h-gbps", _text(rates.g1_g2_write_gbps)]
+    if o.g3_blocks is None:
+        return args
+    if config.cluster.mode != "aggregated":
+        raise ConfigError(
+            f"offload.g3_blocks: {peer} models G3 offload for aggregated workers only; compare "
+            f"without G3 in disaggregation, got {o.g3_blocks}"
+        )
+    if o.g3_duplex != "full":
+        raise ConfigError(
+            f"offload.g3_duplex: {peer}'s G3 reads and writes have a capacity each; compare with "
+            f"g3_duplex 'full', got {o.g3_duplex!r}"
+        )
+    read, write = rates.g2_g3_read_gbps, rates.g2_g3_write_gbps
+    args += ["--g3-blocks", str(o.g3_blocks)]
+    if o.g3_shared:
+        args += ["--g3-scope", "cluster_shared", "--g3-read-gbps", "0", "--g3-write-gbps", "0"]
+        args += ["--g3-shared-read-gbps", _text(read), "--g3-shared-write-gbps", _text(write)]
+    else:
+        args += ["--g3-scope", "worker_local"]
+        args += ["--g3-read-gbps", _text(read), "--g3-write-gbps", _text(write)]
+    return args
+
+
+def aisimulate_args(
+    config: SimConfig, trace_block_size: int, version: str = AISIMULATE_VERSION
+) -> list[str]:
+    """The ``dynosim-aisim`` flags (after the trace) that replay like ``config`` on
+    aisimulate-core ``version``.
 
     ``trace_block_size`` is the number of prompt tokens per trace hash id (512 in the public
-    Mooncake traces). Raises ConfigError for settings AISimulate cannot model.
+    Mooncake traces). Raises ConfigError for settings that release cannot model.
     """
+    links = release(version).link_model
     round_robin(
         config,
         "AISimulate's published replay places requests round robin only (another "
         "router needs a custom composition)",
     )
-    if config.offload.g2_blocks is not None:
-        raise ConfigError(
-            "offload.g2_blocks: AISimulate's offload tiers are another model (FIFO transfer "
-            "lanes per rank, offload writes that take bandwidth, a latency to G3's first byte); "
-            f"compare without offload tiers, got {config.offload.g2_blocks}"
-        )
     c = config.cluster
     view = resolve(config)
     args = [
@@ -157,30 +259,37 @@ def aisimulate_args(config: SimConfig, trace_block_size: int) -> list[str]:
     ]
     if c.concurrency is not None:
         args += ["--concurrency", str(c.concurrency)]
+    args += _offload_flags(config, view, version)
     if c.mode == "aggregated":
         args += ["--mode", "aggregated", "--workers", str(c.num_workers)]
         return args + _engine_flags(view.roles["aggregated"], "")
     args += ["--mode", "disaggregated"]
     args += ["--prefill-workers", str(c.num_prefill_workers)]
     args += ["--decode-workers", str(c.num_decode_workers)]
-    transfer = line_rate_transfer(view, PEER)
+    transfer = peer_transfer(view, f"{PEER} {version}", links)
     if transfer is not None:
         args += ["--kv-bytes-per-token", str(transfer.bytes_per_token)]
-        args += ["--kv-bandwidth-gbps", _text(transfer.gbps), "--kv-sizing", transfer.sizing]
+        if links == "line_rate":
+            args += ["--kv-bandwidth-gbps", _text(transfer.gbps)]
+        else:
+            args += ["--kv-bandwidth-gbps", _text(transfer.send_gbps)]
+            args += ["--kv-recv-bandwidth-gbps", _text(transfer.recv_gbps)]
+        args += ["--kv-sizing", transfer.sizing]
     for role in ("prefill", "decode"):
         args += _engine_flags(view.roles[role], f"{role}.")
     return args
 
 
 class AisimulateReplay:
-    """AISimulate's replay of one Mooncake JSONL trace under one dynosim configuration,
-    checked, built and ready to run (as often as wanted).
+    """AISimulate's replay (aisimulate-core ``version``) of one Mooncake JSONL trace under one
+    dynosim configuration, checked, built and ready to run (as often as wanted).
 
     ``trace_block_size`` is the number of prompt tokens per trace hash id; ``timeout_s`` bounds
     each run (s). Construction fails early: WorkloadError for a trace AISimulate cannot read,
-    ConfigError for settings it cannot model, MissingExtraError when the binary can be neither
-    found nor built (no cargo), DynosimError when its build fails. ``announce``, if given, is
-    called with the build command before a build starts (it can take minutes).
+    ConfigError for an unknown version or settings it cannot model, MissingExtraError when the
+    binary can be neither found nor built (no cargo), DynosimError when its build fails.
+    ``announce``, if given, is called with a line before a build starts (it can take minutes)
+    and one with its time when it ends.
     """
 
     def __init__(
@@ -190,11 +299,13 @@ class AisimulateReplay:
         trace_block_size: int,
         timeout_s: float = RUN_TIMEOUT_S,
         announce: Callable[[str], None] | None = None,
+        version: str = AISIMULATE_VERSION,
     ) -> None:
         self.trace = mooncake_trace(trace, PEER)
-        self.args = aisimulate_args(config, trace_block_size)
+        self.version = version
+        self.args = aisimulate_args(config, trace_block_size, version)
         self.timeout_s = timeout_s
-        self.binary = aisimulate_binary(announce)
+        self.binary = aisimulate_binary(version, announce)
 
     def command(self) -> list[str]:
         """The command line of one run."""
@@ -218,11 +329,16 @@ class AisimulateReplay:
             )
         try:
             out = json.loads(done.stdout)
-            summary, wall = out["summary"], out["wall"]
+            summary, wall, built_on = out["summary"], out["wall"], out["version"]
         except (ValueError, KeyError, TypeError) as e:
             raise DynosimError(
                 f"dynosim-aisim printed no summary ({e}): {done.stdout[:200]!r}"
             ) from None
+        if built_on != self.version:
+            raise DynosimError(
+                f"{self.binary} is built on aisimulate-core {built_on}, not {self.version} "
+                f"(${BINARY_ENV} names one binary for one release)"
+            )
         return PeerRun(
             summary=summary,
             wall_ms=done.wall_ms,
@@ -235,7 +351,10 @@ class AisimulateReplay:
 
 __all__ = [
     "AISIMULATE_VERSION",
+    "RELEASES",
     "RUN_TIMEOUT_S",
     "AisimulateReplay",
+    "Release",
     "aisimulate_args",
+    "release",
 ]

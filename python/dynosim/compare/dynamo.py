@@ -18,9 +18,9 @@ from typing import Any
 from dynosim._dependencies import dynamo
 from dynosim.compare.peer import (
     PeerRun,
-    line_rate_transfer,
     mocker_scheduling,
     mooncake_trace,
+    peer_transfer,
     polynomial_timing,
     round_robin,
 )
@@ -140,7 +140,7 @@ def _engine_args(role: RoleView) -> dict[str, Any]:
 
 def _transfer_args(view: Resolved) -> dict[str, Any]:
     """The KV-transfer fields of a disaggregated engine: bytes per token, GB/s, sizing."""
-    transfer = line_rate_transfer(view, PEER)
+    transfer = peer_transfer(view, PEER)
     if transfer is None:
         return {}  # instant transfers in both simulators
     return {

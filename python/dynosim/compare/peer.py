@@ -2,11 +2,11 @@
 dynosim and the summary they report.
 
 Dynamo's offline replay (its mocker) and AISimulate's replay descend from the same model: the
-polynomial step time, KV transfers at line rate with the first token counted after the decode
-worker's first pass, round-robin placement of Mooncake trace rows, and one flat summary
-(``mean_ttft_ms``, ``p99_e2e_latency_ms``, ...). The checks here refuse, with a
-:class:`~dynosim.errors.ConfigError` naming the setting, what neither models; each peer's module
-adds its own.
+polynomial step time, KV transfers (at line rate, or over links shared max-min fairly) with the
+first token counted after the decode worker's first pass, round-robin placement of Mooncake
+trace rows, and one flat summary (``mean_ttft_ms``, ``p99_e2e_latency_ms``, ...). The checks
+here refuse, with a :class:`~dynosim.errors.ConfigError` naming the setting, what neither
+models; each peer's module adds its own.
 """
 
 from __future__ import annotations
@@ -66,6 +66,14 @@ def polynomial_timing(role: RoleView, peer: str) -> PolynomialTiming:
     return timing
 
 
+#: What a peer of each link model does with KV transfers, as its refusals say.
+LINK_MODELS = {
+    "line_rate": "moves every transfer at full bandwidth",
+    "max_min": "shares each prefill rank's send link and each decode rank's receive link "
+    "max-min fairly",
+}
+
+
 #: vLLM settings the peers' vLLM engines do not model, with what a comparison needs them at.
 _MOCKER_VLLM = {
     "async_scheduling": (False, "forms each pass when the one before ends"),
@@ -89,21 +97,29 @@ def mocker_scheduling(role: RoleView, peer: str) -> None:
 
 
 @dataclass(frozen=True)
-class LineRateTransfer:
-    """A KV transfer as the peers time it: the tokens it moves (``sizing``) x
-    ``bytes_per_token`` / ``gbps`` (GB/s = 1e9 B/s), a fixed delay at full bandwidth."""
+class PeerTransfer:
+    """KV transfers as a peer times them: the tokens each moves (``sizing``) x
+    ``bytes_per_token`` over the source's send link (``send_gbps``) and the destination's
+    receive link (``recv_gbps``), GB/s = 1e9 B/s."""
 
     bytes_per_token: int
-    gbps: float
+    send_gbps: float
+    recv_gbps: float
     sizing: str
 
+    @property
+    def gbps(self) -> float:
+        """At line rate a transfer runs at the slower of its two ends (as in dynosim)."""
+        return min(self.send_gbps, self.recv_gbps)
 
-def line_rate_transfer(view: Resolved, peer: str) -> LineRateTransfer | None:
-    """The disaggregated cluster's KV transfers as a peer times them (None: instant in both).
+
+def peer_transfer(view: Resolved, peer: str, link_model: str = "line_rate") -> PeerTransfer | None:
+    """The disaggregated cluster's KV transfers as a peer whose links follow ``link_model``
+    (a key of LINK_MODELS) times them (None: instant in both).
 
     Refuses a first token counted at the KV's arrival (a peer counts it after the decode
-    worker's first pass), links shared max-min fairly (a peer runs every transfer at full
-    bandwidth) and a fractional number of bytes per token.
+    worker's first pass), another link model than the peer's, and a fractional number of bytes
+    per token.
     """
     kv = view.kv_transfer
     if kv.first_token != "first_decode_pass":
@@ -113,10 +129,10 @@ def line_rate_transfer(view: Resolved, peer: str) -> LineRateTransfer | None:
         )
     if kv.send_gbps is None or kv.recv_gbps is None:
         return None
-    if kv.link_model != "line_rate":
+    if kv.link_model != link_model:
         raise ConfigError(
-            f"kv_transfer.link_model: {peer} moves every transfer at full bandwidth; compare "
-            f"with link_model 'line_rate', got {kv.link_model!r}"
+            f"kv_transfer.link_model: {peer} {LINK_MODELS[link_model]}; compare with "
+            f"link_model {link_model!r}, got {kv.link_model!r}"
         )
     value = kv.bytes_per_token
     if value is None:
@@ -127,11 +143,8 @@ def line_rate_transfer(view: Resolved, peer: str) -> LineRateTransfer | None:
         raise ConfigError(
             f"kv_transfer.kv_bytes_per_token: {peer} takes a whole number of bytes, got {value}"
         )
-    return LineRateTransfer(
-        bytes_per_token=int(value),
-        # At line rate a lone transfer runs at the slower of its two ends (as in dynosim).
-        gbps=min(kv.send_gbps, kv.recv_gbps),
-        sizing=kv.sizing,
+    return PeerTransfer(
+        bytes_per_token=int(value), send_gbps=kv.send_gbps, recv_gbps=kv.recv_gbps, sizing=kv.sizing
     )
 
 
@@ -183,12 +196,13 @@ def metric_rows(report: Report, summary: dict[str, Any]) -> list[tuple[str, Any,
 
 
 __all__ = [
+    "LINK_MODELS",
     "METRICS",
-    "LineRateTransfer",
     "PeerRun",
-    "line_rate_transfer",
+    "PeerTransfer",
     "metric_rows",
     "mooncake_trace",
+    "peer_transfer",
     "polynomial_timing",
     "relative_difference",
     "round_robin",

@@ -26,7 +26,7 @@ from dynosim.config.models import (
     TableTiming,
     TimingConfig,
 )
-from dynosim.config.resolved import Resolved, RoleView, TransferView, resolve
+from dynosim.config.resolved import Resolved, RoleView, TierRates, TransferView, resolve
 from dynosim.config.timing_table import (
     load_mixed_decode_profile,
     load_timing_table,
@@ -57,6 +57,7 @@ __all__ = [
     "SimConfig",
     "SlaConfig",
     "TableTiming",
+    "TierRates",
     "TimingConfig",
     "TransferView",
     "config_json_schema",

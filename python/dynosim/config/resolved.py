@@ -51,12 +51,24 @@ class TransferView:
 
 
 @dataclass(frozen=True)
+class TierRates:
+    """The offload tiers' link rates with every unset value resolved (GB/s): reads go up a
+    tier (onboards), writes down (offloads)."""
+
+    g1_g2_read_gbps: float
+    g1_g2_write_gbps: float
+    g2_g3_read_gbps: float
+    g2_g3_write_gbps: float
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The roles the serving mode runs (aggregated, or prefill then decode), the transfer
-    settings, and all workers and GPUs together."""
+    settings, the offload tiers' rates (None: no tiers), and all workers and GPUs together."""
 
     roles: dict[str, RoleView]
     kv_transfer: TransferView
+    offload: TierRates | None
     num_workers: int
     num_gpus: int
 
@@ -79,9 +91,10 @@ def resolve(config: SimConfig) -> Resolved:
     return Resolved(
         roles=roles,
         kv_transfer=TransferView(**data["kv_transfer"]),
+        offload=None if data["offload"] is None else TierRates(**data["offload"]),
         num_workers=data["num_workers"],
         num_gpus=data["num_gpus"],
     )
 
 
-__all__ = ["Resolved", "Role", "RoleView", "TransferView", "resolve"]
+__all__ = ["Resolved", "Role", "RoleView", "TierRates", "TransferView", "resolve"]

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 from pydantic import RootModel
 
-from dynosim.aic import default_cache_dir, resolve_aic_timing
+from dynosim._cache import default_cache_dir
+from dynosim.aic import resolve_aic_timing
 from dynosim.aic.database import gpu_links_gbps
 from dynosim.aic.generator import dynamo_release
 from dynosim.config import AicTiming, SimConfig, load_config, load_settings_file, resolve

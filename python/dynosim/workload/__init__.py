@@ -8,25 +8,67 @@ benchmark run (:mod:`dynosim.workload.measured`: AIPerf or ``vllm bench serve`` 
 columns to replay and the latencies it measured.
 """
 
-from typing import Annotated
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+if TYPE_CHECKING:
+    from dynosim.workload.columns import TraceColumns
+    from dynosim.workload.measured import MeasuredRun, load_measured
+    from dynosim.workload.sample import sample_trace_path
+    from dynosim.workload.synthetic import (
+        EmpiricalLength,
+        LengthSpec,
+        LognormalLength,
+        NormalLength,
+        SyntheticWorkload,
+        UniformLength,
+    )
+    from dynosim.workload.trace import TraceWorkload, load_trace
 
-from dynosim.workload.columns import TraceColumns
-from dynosim.workload.measured import MeasuredRun, load_measured
-from dynosim.workload.sample import sample_trace_path
-from dynosim.workload.synthetic import (
-    EmpiricalLength,
-    LengthSpec,
-    LognormalLength,
-    NormalLength,
-    SyntheticWorkload,
-    UniformLength,
-)
-from dynosim.workload.trace import TraceWorkload, load_trace
+#: The public names, imported on first use from the module that defines them (the command
+#: line reads a measured run's formats without pydantic's synthetic models).
+_LAZY = {
+    "TraceColumns": "dynosim.workload.columns",
+    "MeasuredRun": "dynosim.workload.measured",
+    "load_measured": "dynosim.workload.measured",
+    "sample_trace_path": "dynosim.workload.sample",
+    **dict.fromkeys(
+        (
+            "EmpiricalLength",
+            "LengthSpec",
+            "LognormalLength",
+            "NormalLength",
+            "SyntheticWorkload",
+            "UniformLength",
+        ),
+        "dynosim.workload.synthetic",
+    ),
+    "TraceWorkload": "dynosim.workload.trace",
+    "load_trace": "dynosim.workload.trace",
+}
 
-#: A workload of either kind, told apart by ``kind``.
-Workload = Annotated[TraceWorkload | SyntheticWorkload, Field(discriminator="kind")]
+
+def __getattr__(name: str) -> Any:
+    if name == "Workload":
+        from typing import Annotated
+
+        from pydantic import Field
+
+        value: Any = Annotated[
+            __getattr__("TraceWorkload") | __getattr__("SyntheticWorkload"),
+            Field(discriminator="kind"),
+        ]
+    elif name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'dynosim.workload' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "Workload"})
+
 
 __all__ = [
     "EmpiricalLength",

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use aisimulate_core::engine::{Backend, PreemptionMode, TransferTimingMode};
+use aisimulate_core::engine::{Backend, G3Scope, PreemptionMode, TransferTimingMode};
 use serde::de::DeserializeOwned;
 
 pub const USAGE: &str = "\
@@ -14,13 +14,17 @@ usage: dynosim-aisim TRACE [--trace-block-size TOKENS] [--arrival-speedup R] [--
          [--mode aggregated|disaggregated] [--workers N]
          [--prefill-workers N] [--decode-workers N]
          [--kv-bytes-per-token BYTES] [--kv-bandwidth-gbps GB/s]
-         [--kv-sizing full_prompt|destination_missing]
+         [--kv-recv-bandwidth-gbps GB/s] [--kv-sizing full_prompt|destination_missing]
          [ENGINE FLAGS] [--prefill.ENGINE FLAG ...] [--decode.ENGINE FLAG ...]
-         [--per-request FILE.jsonl]
+         [OFFLOAD FLAGS] [--per-request FILE.jsonl]
 engine flags: --backend vllm|trtllm|sglang, --block-size TOKENS, --num-gpu-blocks N,
          --max-num-seqs N, --max-num-batched-tokens TOKENS, --chunked-prefill true|false,
          --preemption-mode lifo|fifo, --speedup-ratio R, --decode-speedup-ratio R,
          --tensor-parallel-size N
+offload flags (every rank): --kv-cache-bytes-per-token BYTES, --host-blocks N,
+         --d2h-gbps GB/s, --h2d-gbps GB/s, --g3-blocks N, --g3-scope worker_local|cluster_shared,
+         --g3-read-gbps GB/s, --g3-write-gbps GB/s, --g3-shared-read-gbps GB/s,
+         --g3-shared-write-gbps GB/s (G3's: 0 or not given, no limit)
 Replays a Mooncake JSONL trace with AISimulate (aisimulate-core, round robin, polynomial timing)
 and prints its summary as one JSON object. Exit status: 0 done, 2 bad arguments, 1 failed replay.";
 
@@ -79,6 +83,47 @@ impl EngineArgs {
     }
 }
 
+/// KV offload tiers of every rank, in AISimulate's terms: a host (G2) cache per rank with its
+/// device-to-host and host-to-device bandwidths, and optionally G3 storage per worker or one
+/// pool for the cluster (bandwidths per worker, and the pool's caps). None: no tiers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Offload {
+    pub kv_cache_bytes_per_token: Option<usize>,
+    pub host_blocks: Option<usize>,
+    pub d2h_gbps: Option<f64>,
+    pub h2d_gbps: Option<f64>,
+    pub g3_blocks: Option<usize>,
+    pub g3_scope: Option<G3Scope>,
+    pub g3_read_gbps: Option<f64>,
+    pub g3_write_gbps: Option<f64>,
+    pub g3_shared_read_gbps: Option<f64>,
+    pub g3_shared_write_gbps: Option<f64>,
+}
+
+impl Offload {
+    /// Sets the offload flag `name` (without `--`) from `value`; `Ok(false)` when `name` is no
+    /// offload flag.
+    fn set(&mut self, name: &str, value: &str) -> Result<bool, String> {
+        let flag = || format!("--{name}");
+        match name {
+            "kv-cache-bytes-per-token" => {
+                self.kv_cache_bytes_per_token = Some(number(&flag(), value)?)
+            }
+            "host-blocks" => self.host_blocks = Some(number(&flag(), value)?),
+            "d2h-gbps" => self.d2h_gbps = Some(number(&flag(), value)?),
+            "h2d-gbps" => self.h2d_gbps = Some(number(&flag(), value)?),
+            "g3-blocks" => self.g3_blocks = Some(number(&flag(), value)?),
+            "g3-scope" => self.g3_scope = Some(variant(&flag(), value)?),
+            "g3-read-gbps" => self.g3_read_gbps = Some(number(&flag(), value)?),
+            "g3-write-gbps" => self.g3_write_gbps = Some(number(&flag(), value)?),
+            "g3-shared-read-gbps" => self.g3_shared_read_gbps = Some(number(&flag(), value)?),
+            "g3-shared-write-gbps" => self.g3_shared_write_gbps = Some(number(&flag(), value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// Aggregated workers, or prefill and decode workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
@@ -86,12 +131,16 @@ pub enum Topology {
     Disaggregated { prefill: usize, decode: usize },
 }
 
-/// KV transfers from prefill to decode workers (disaggregated mode): a fixed delay of
-/// tokens x bytes per token / bandwidth, or none when either is unset.
+/// KV transfers from prefill to decode workers (disaggregated mode), none when the bytes per
+/// token or the bandwidth is unset. aisimulate-core 0.13.0 delays each by tokens x bytes per
+/// token / bandwidth; its development releases share each prefill rank's send link
+/// (`bandwidth_gbps`) and each decode rank's receive link (`recv_bandwidth_gbps`, by default
+/// the same) max-min fairly.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Transfer {
     pub bytes_per_token: Option<usize>,
     pub bandwidth_gbps: Option<f64>,
+    pub recv_bandwidth_gbps: Option<f64>,
     pub sizing: TransferTimingMode,
 }
 
@@ -110,6 +159,7 @@ pub struct Args {
     pub engine: EngineArgs,
     pub prefill: EngineArgs,
     pub decode: EngineArgs,
+    pub offload: Offload,
     pub per_request: Option<PathBuf>,
 }
 
@@ -142,11 +192,13 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
         transfer: Transfer {
             bytes_per_token: None,
             bandwidth_gbps: None,
+            recv_bandwidth_gbps: None,
             sizing: TransferTimingMode::FullPrompt,
         },
         engine: EngineArgs::default(),
         prefill: EngineArgs::default(),
         decode: EngineArgs::default(),
+        offload: Offload::default(),
         per_request: None,
     };
     let mut disagg_flags = Vec::new();
@@ -176,7 +228,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
             disagg_flags.push(arg);
             continue;
         }
-        if a.engine.set(name, &value)? {
+        if a.engine.set(name, &value)? || a.offload.set(name, &value)? {
             continue;
         }
         match name {
@@ -189,6 +241,9 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
             "decode-workers" => decode_workers = Some(number(&arg, &value)?),
             "kv-bytes-per-token" => a.transfer.bytes_per_token = Some(number(&arg, &value)?),
             "kv-bandwidth-gbps" => a.transfer.bandwidth_gbps = Some(number(&arg, &value)?),
+            "kv-recv-bandwidth-gbps" => {
+                a.transfer.recv_bandwidth_gbps = Some(number(&arg, &value)?)
+            }
             "kv-sizing" => a.transfer.sizing = variant(&arg, &value)?,
             "per-request" => a.per_request = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {arg}\n{USAGE}")),
@@ -199,6 +254,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
                 | "decode-workers"
                 | "kv-bytes-per-token"
                 | "kv-bandwidth-gbps"
+                | "kv-recv-bandwidth-gbps"
                 | "kv-sizing"
         ) {
             disagg_flags.push(arg);
@@ -233,6 +289,10 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, Str
             ))
         }
     };
+    let o = &a.offload;
+    if o.host_blocks.is_none() && *o != Offload::default() {
+        return Err("the offload flags need --host-blocks (the G2 tier)".to_owned());
+    }
     if !(a.arrival_speedup.is_finite() && a.arrival_speedup > 0.0) {
         return Err(format!(
             "--arrival-speedup: must be a positive number, got {}",
@@ -255,7 +315,8 @@ mod tests {
         let a = args(
             "t.jsonl --mode disaggregated --prefill-workers 2 --decode-workers 3 \
              --num-gpu-blocks 100 --decode.num-gpu-blocks 50 --decode.decode-speedup-ratio 2 \
-             --kv-bytes-per-token 8 --kv-bandwidth-gbps 2.5 --kv-sizing destination_missing",
+             --kv-bytes-per-token 8 --kv-bandwidth-gbps 2.5 --kv-recv-bandwidth-gbps 1.5 \
+             --kv-sizing destination_missing",
         )
         .unwrap();
         assert_eq!(
@@ -271,7 +332,31 @@ mod tests {
         assert_eq!(decode.decode_speedup_ratio, Some(2.0));
         assert_eq!(a.transfer.bytes_per_token, Some(8));
         assert_eq!(a.transfer.bandwidth_gbps, Some(2.5));
+        assert_eq!(a.transfer.recv_bandwidth_gbps, Some(1.5));
         assert_eq!(a.transfer.sizing, TransferTimingMode::DestinationMissing);
+    }
+
+    #[test]
+    fn offload_flags_set_every_rank_s_tiers() {
+        let a = args(
+            "t.jsonl --host-blocks 100 --d2h-gbps 14 --h2d-gbps 12 --kv-cache-bytes-per-token 8 \
+             --g3-blocks 1000 --g3-scope cluster_shared --g3-read-gbps 0 --g3-shared-read-gbps 7",
+        )
+        .unwrap();
+        let o = a.offload;
+        assert_eq!(
+            (o.host_blocks, o.d2h_gbps, o.h2d_gbps),
+            (Some(100), Some(14.0), Some(12.0))
+        );
+        assert_eq!(
+            (o.g3_blocks, o.g3_scope),
+            (Some(1000), Some(G3Scope::ClusterShared))
+        );
+        assert_eq!(
+            (o.g3_read_gbps, o.g3_shared_read_gbps),
+            (Some(0.0), Some(7.0))
+        );
+        assert_eq!(o.kv_cache_bytes_per_token, Some(8));
     }
 
     #[test]
@@ -284,6 +369,8 @@ mod tests {
         assert!(err("t.jsonl --prefill.workers 5").starts_with("--prefill.workers: workers is no"));
         assert!(err("t.jsonl --arrival-speedup 0").starts_with("--arrival-speedup: must be"));
         assert!(err("--workers 2").starts_with("no trace given"));
+        assert!(err("t.jsonl --g3-blocks 5").starts_with("the offload flags need --host-blocks"));
+        assert!(err("t.jsonl --g3-scope pool").starts_with("--g3-scope: unknown variant `pool`"));
         assert_eq!(parse(["t.jsonl".to_owned(), "--help".to_owned()]), Ok(None));
     }
 }

@@ -21,8 +21,8 @@ use std::time::Instant;
 use aisimulate_core::replay::ReplayTerminalStatus;
 use serde_json::json;
 
-/// The `aisimulate-core` release this binary is built on (pinned in Cargo.toml).
-const AISIMULATE_VERSION: &str = "0.13.0";
+/// The `aisimulate-core` release this binary is built on (the one Cargo.lock pins).
+const AISIMULATE_VERSION: &str = env!("AISIMULATE_CORE_VERSION");
 
 /// The kernel's high-water mark of this process's resident memory (MiB), on Linux. A parent
 /// cannot measure it: a child's rusage counts the parent's memory at the fork.

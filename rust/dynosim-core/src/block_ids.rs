@@ -20,6 +20,63 @@ pub type BlockId = u32;
 /// The parent of the first trace block of every prompt.
 const ROOT: u32 = u32::MAX;
 
+/// A trie over trace hash ids: (parent node, hash id) -> (node, a value), nodes numbered in
+/// the order they are first met. Never iterated.
+///
+/// Trace hash ids are mostly small and dense, and a hash id nearly always follows one parent
+/// (it names a prefix's content): then the first node of each hash id sits in an array indexed
+/// by it, one read where a hash table probes a table sized for every id of the workload. Other
+/// keys, and every key when ids are large, go to the hash table, which numbers nodes the same.
+struct PrefixTrie<V> {
+    /// By hash id: (parent, node, value) of the first node met with it (node `u32::MAX`: none).
+    direct: Vec<(u32, u32, V)>,
+    rest: FxHashMap<(u32, u64), (u32, V)>,
+    nodes: u32,
+}
+
+impl<V: Copy + Default> PrefixTrie<V> {
+    /// A trie for the hash ids of `workload`; `direct`: index the first node of each id by it
+    /// when the ids are small enough (else the hash table alone, the reference).
+    fn new(workload: &Workload, direct: bool) -> Self {
+        let ids = workload.hash_ids.len();
+        let max = workload.hash_ids.iter().copied().max().unwrap_or(0);
+        // Up to twice as many entries as hash ids (and a floor for tiny workloads).
+        let direct = direct && max < 2 * ids as u64 + 1024;
+        PrefixTrie {
+            direct: if direct {
+                vec![(0, u32::MAX, V::default()); max as usize + 1]
+            } else {
+                Vec::new()
+            },
+            rest: FxHashMap::with_capacity_and_hasher(
+                if direct { 0 } else { ids },
+                Default::default(),
+            ),
+            nodes: 0,
+        }
+    }
+
+    /// The node of `hash` under `parent` and its value, made with `make()` when new.
+    #[inline]
+    fn entry(&mut self, parent: u32, hash: u64, make: impl FnOnce() -> V) -> (u32, V) {
+        if let Some(first) = self.direct.get_mut(hash as usize) {
+            if first.1 == u32::MAX {
+                *first = (parent, self.nodes, make());
+                self.nodes += 1;
+                return (first.1, first.2);
+            }
+            if first.0 == parent {
+                return (first.1, first.2);
+            }
+        }
+        let nodes = &mut self.nodes;
+        *self.rest.entry((parent, hash)).or_insert_with(|| {
+            *nodes += 1;
+            (*nodes - 1, make())
+        })
+    }
+}
+
 /// The identities of every request's full prompt blocks at one block size.
 #[derive(Debug, Clone)]
 pub struct BlockIds {
@@ -36,11 +93,20 @@ impl BlockIds {
     /// one identity space and never confuse their blocks). `workload` must be valid (its trace
     /// ids cover every prompt).
     pub fn new(workload: &Workload, block_size: u32, first_id: BlockId) -> Result<Self> {
+        Self::with_trie(workload, block_size, first_id, true)
+    }
+
+    /// `new`; `direct`: whether the trie may index nodes by hash id (see [`PrefixTrie`]).
+    fn with_trie(
+        workload: &Workload,
+        block_size: u32,
+        first_id: BlockId,
+        direct: bool,
+    ) -> Result<Self> {
         let (bs, tbs) = (u64::from(block_size), u64::from(workload.trace_block_size));
-        // (parent node, trace hash id) -> (node, its first identity); never iterated.
-        // At most one node per trace hash id: size once, never rehash.
-        let mut trie: FxHashMap<(u32, u64), (u32, BlockId)> =
-            FxHashMap::with_capacity_and_hasher(workload.hash_ids.len(), Default::default());
+        // Each node owns the identities of the engine blocks ending in its trace block: the
+        // node's value is the first of them.
+        let mut trie = PrefixTrie::<BlockId>::new(workload, direct);
         let mut next_id = u64::from(first_id);
         let mut offsets = Vec::with_capacity(workload.len() + 1);
         offsets.push(0);
@@ -58,11 +124,10 @@ impl BlockIds {
             let mut j = 0u64;
             while j * tbs < full * bs {
                 let (lo, hi) = (j * tbs / bs, (j + 1) * tbs / bs);
-                let nodes = trie.len() as u32;
-                let (node, first) = *trie.entry((parent, trace[j as usize])).or_insert_with(|| {
+                let (node, first) = trie.entry(parent, trace[j as usize], || {
                     let first = next_id;
                     next_id += hi - lo;
-                    (nodes, first as BlockId)
+                    first as BlockId
                 });
                 if next_id > u64::from(BlockId::MAX) {
                     return Err(SimError::WorkloadShape(format!(
@@ -119,9 +184,8 @@ impl TraceChains {
     /// Name the trace blocks of every prompt of `workload` (which must be valid).
     pub fn new(workload: &Workload) -> Self {
         let tbs = workload.trace_block_size;
-        // (parent chain, trace hash id) -> chain; never iterated.
-        let mut trie: FxHashMap<(u32, u64), u32> =
-            FxHashMap::with_capacity_and_hasher(workload.hash_ids.len(), Default::default());
+        // A chain is a node of the trie.
+        let mut trie = PrefixTrie::<()>::new(workload, true);
         let mut offsets = Vec::with_capacity(workload.len() + 1);
         offsets.push(0);
         let mut chains = Vec::with_capacity(workload.hash_ids.len());
@@ -129,8 +193,7 @@ impl TraceChains {
             let blocks = workload.input_length[i].div_ceil(tbs) as usize;
             let mut parent = ROOT;
             for &hash in &workload.hashes(i)[..blocks] {
-                let next = trie.len() as u32;
-                parent = *trie.entry((parent, hash)).or_insert(next);
+                parent = trie.entry(parent, hash, || ()).0;
                 chains.push(parent);
             }
             offsets.push(chains.len());
@@ -239,6 +302,9 @@ mod tests {
             let (output, arrival) = (vec![1; n], vec![0.0; n]);
             let w = workload(&flat, &offsets, &lens, &output, &arrival, tbs);
             let b = BlockIds::new(&w, bs, 3).unwrap();
+            // The trie indexing nodes by hash id names them as the hash table alone does.
+            let hashed = BlockIds::with_trie(&w, bs, 3, false).unwrap();
+            prop_assert_eq!((&b.ids, b.end), (&hashed.ids, hashed.end));
             // The trace id of every token of request i up to the end of its block k.
             let tokens = |i: usize, k: usize| -> Vec<u64> {
                 (0..(k as u32 + 1) * bs).map(|t| trace[i][(t / tbs) as usize]).collect()

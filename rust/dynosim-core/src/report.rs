@@ -555,8 +555,9 @@ impl Report {
             (breakdown, stages)
         });
         let n = records.arrival_ms.len();
-        let done: Vec<usize> = (0..n)
-            .filter(|&i| records.status[i] == Status::Completed as u8)
+        // Request indices fit 32 bits (`workload::MAX_REQUESTS`): half the memory of usize.
+        let done: Vec<u32> = (0..n as u32)
+            .filter(|&i| records.status[i as usize] == Status::Completed as u8)
             .collect();
         let mut rejections_by_reason = BTreeMap::new();
         for i in 0..n {
@@ -565,17 +566,18 @@ impl Report {
                 *rejections_by_reason.entry(reason.name()).or_insert(0) += 1;
             }
         }
-        let sum = |v: &[u32]| done.iter().map(|&i| u64::from(v[i])).sum::<u64>();
+        let sum = |v: &[u32]| done.iter().map(|&i| u64::from(v[i as usize])).sum::<u64>();
         let total_input_tokens = sum(&records.input_length);
         let total_output_tokens = sum(&records.output_length);
         let reused_tokens = sum(&records.reused_tokens);
-        let pick = |v: &[f64]| Distribution::of(done.iter().map(|&i| v[i]));
+        let pick = |v: &[f64]| Distribution::of(done.iter().map(|&i| v[i as usize]));
         let sla = &config.sla;
         let meets =
             |limit: Option<f64>, value: f64| limit.is_none_or(|l| value.is_nan() || value <= l);
         let goodput_requests = done
             .iter()
             .filter(|&&i| {
+                let i = i as usize;
                 meets(sla.ttft_ms, derived.ttft_ms[i])
                     && meets(sla.itl_ms, derived.tpot_ms[i])
                     && meets(sla.e2e_ms, derived.e2e_ms[i])

@@ -100,6 +100,33 @@ impl TimeSeries {
         self.end_ms = to_ms;
     }
 
+    /// `observe` when only the columns `changed` (ascending) may differ from the values last
+    /// observed: the others are not compared. The buckets come out as `observe` makes them,
+    /// bit for bit (each column's segments are added in the same order).
+    pub fn observe_changed(&mut self, to_ms: f64, values: &[f64], changed: &[usize]) {
+        debug_assert_eq!(values.len(), self.columns);
+        debug_assert!(changed.windows(2).all(|w| w[0] < w[1]));
+        if self.held.is_empty() || to_ms <= self.end_ms {
+            return self.observe(to_ms, values);
+        }
+        let from = self.end_ms;
+        for &k in changed {
+            let v = values[k];
+            if v != self.held[k] {
+                self.add(k, self.held_from_ms[k], from, self.held[k]);
+                self.held[k] = v;
+                self.held_from_ms[k] = from;
+            }
+        }
+        debug_assert!(values == self.held, "a column changed without being named");
+        self.end_ms = to_ms;
+    }
+
+    /// Columns of all series together.
+    pub fn columns(&self) -> usize {
+        self.columns
+    }
+
     /// Close the series at `end_ms` with `values` as the state since the last observation. A
     /// replay that spans no time gets one bucket holding that instant's state.
     pub fn finish(&mut self, end_ms: f64, values: &[f64]) {
@@ -290,6 +317,46 @@ mod tests {
     }
 
     proptest! {
+        /// Naming only the columns that changed gives the buckets full observations give, bit
+        /// for bit, coarsening included (the fast path the replay's sampler takes).
+        #[test]
+        fn observing_the_changed_columns_equals_observing_all(
+            steps in prop::collection::vec(
+                (0.0f64..3e5, prop::collection::vec(prop::option::of(0u32..4), 3), any::<u8>()),
+                1..300,
+            ),
+            interval in 0.01f64..50.0,
+        ) {
+            let names = vec![("a", Shape::Scalar), ("b", Shape::Columns(2))];
+            let (mut full, mut sparse) =
+                (TimeSeries::new(interval, names.clone()), TimeSeries::new(interval, names));
+            let (mut t, mut values) = (0.0, vec![0.0; 3]);
+            for (dt, set, extra) in &steps {
+                t += dt;
+                // The sampler names every column it set, changed or not, and no other.
+                let mut changed = Vec::new();
+                for (k, v) in set.iter().enumerate() {
+                    if let Some(v) = v {
+                        values[k] = f64::from(*v);
+                        changed.push(k);
+                    } else if extra >> k & 1 == 1 {
+                        changed.push(k);
+                    }
+                }
+                full.observe(t, &values);
+                sparse.observe_changed(t, &values, &changed);
+            }
+            full.finish(t + 1.0, &values);
+            sparse.finish(t + 1.0, &values);
+            let bits = |s: &TimeSeries| {
+                s.series().into_iter().map(|(_, b)| {
+                    [b.mean, b.min, b.max].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                }).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(full.interval_ms(), sparse.interval_ms());
+            prop_assert_eq!(bits(&full), bits(&sparse));
+        }
+
         /// Whatever the steps, buckets stay bounded, each mean lies within its min and max, and
         /// the integral over all buckets equals the integral of the steps.
         #[test]

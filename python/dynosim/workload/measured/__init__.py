@@ -9,26 +9,42 @@ and ``vllm bench serve --save-result --save-detailed`` JSON
 from __future__ import annotations
 
 import os
+from importlib import import_module
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from dynosim._documents import DocumentError, json_document
-from dynosim._files import MAX_LINE_BYTES
-from dynosim._validation import shown
 from dynosim.errors import WorkloadError
-from dynosim.workload.measured.aiperf import read_aiperf
-from dynosim.workload.measured.run import MeasuredFormat, MeasuredRun, read_measured
-from dynosim.workload.measured.vllm_bench import (
-    read_vllm_bench,
-    read_vllm_result,
-    vllm_schedule_s,
-)
 
-#: The formats ``load_measured`` reads.
+if TYPE_CHECKING:
+    from dynosim.workload.measured.aiperf import read_aiperf
+    from dynosim.workload.measured.run import MeasuredRun
+    from dynosim.workload.measured.vllm_bench import read_vllm_bench, vllm_schedule_s
+
+#: The formats ``load_measured`` reads. Known without importing the readers (numpy), so the
+#: command line's flags name them at once.
+MeasuredFormat = Literal["aiperf", "vllm-bench"]
 MEASURED_FORMATS: tuple[str, ...] = get_args(MeasuredFormat)
+
+#: The readers' names, imported on first use.
+_LAZY = {
+    "read_aiperf": "dynosim.workload.measured.aiperf",
+    "MeasuredRun": "dynosim.workload.measured.run",
+    "read_vllm_bench": "dynosim.workload.measured.vllm_bench",
+    "vllm_schedule_s": "dynosim.workload.measured.vllm_bench",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dynosim.workload.measured' has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 
 def _json(text: str) -> Any:
+    from dynosim._documents import DocumentError, json_document
+
     try:
         return json_document(text)
     except DocumentError:
@@ -40,12 +56,16 @@ def detect_format(path: Path) -> MeasuredFormat:
     first record has ``metadata`` and ``metrics`` are AIPerf's, a JSON object with
     ``input_lens`` or ``ttfts`` is ``vllm bench``'s. Anything else raises WorkloadError
     saying what the file looks like instead."""
+    from dynosim.workload.measured.run import read_measured
+
     return _detect(path, read_measured(path))[0]
 
 
 def _detect(path: Path, text: str) -> tuple[MeasuredFormat, Any]:
     """:func:`detect_format` of the content ``text`` of ``path``, and the whole document
     parsed when it is one (a ``vllm bench`` result), so it is parsed once."""
+    from dynosim._files import MAX_LINE_BYTES
+
     first = next((line for line in text.split("\n") if line.strip()), None)
     if first is None:
         raise WorkloadError(f"{path}: no records: the file is empty")
@@ -93,6 +113,11 @@ def load_measured(
     Replay ``run.columns`` on a deployment, then compare with
     :func:`dynosim.compare_measured`.
     """
+    from dynosim._validation import shown
+    from dynosim.workload.measured.aiperf import read_aiperf
+    from dynosim.workload.measured.run import read_measured
+    from dynosim.workload.measured.vllm_bench import read_vllm_bench, read_vllm_result
+
     path = Path(path)
     if format is not None and format not in MEASURED_FORMATS:
         raise WorkloadError(

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from dynosim.workload.columns import TraceColumns, fresh_hash_ids
 from dynosim.workload.reading import decode_text
 
 #: The measured formats, by the name ``--format`` takes.
-MeasuredFormat = Literal["aiperf", "vllm-bench"]
 
 #: Prompt tokens per fresh hash id. A measured run carries no prefix information, so every
 #: prompt gets ids no other prompt shares; their block size changes nothing.
@@ -57,7 +56,7 @@ class MeasuredRun:
     """
 
     path: Path
-    format: MeasuredFormat
+    format: str  # one of dynosim.workload.measured.MEASURED_FORMATS
     columns: TraceColumns
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray
@@ -165,7 +164,7 @@ class Replayed:
 
 def build_run(
     path: Path,
-    format: MeasuredFormat,
+    format: str,
     done: Replayed,
     start_ms: Sequence[float],
     num_records: int,
@@ -242,7 +241,6 @@ def build_run(
 
 
 __all__ = [
-    "MeasuredFormat",
     "MeasuredRun",
     "Replayed",
     "build_run",

@@ -39,11 +39,23 @@ pub struct TransferView {
     pub first_token: FirstToken,
 }
 
+/// The offload tiers' link rates with every unset value resolved (GB/s): reads go up a tier
+/// (onboards), writes down (offloads).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierRates {
+    pub g1_g2_read_gbps: f64,
+    pub g1_g2_write_gbps: f64,
+    pub g2_g3_read_gbps: f64,
+    pub g2_g3_write_gbps: f64,
+}
+
 /// The roles in use and the transfer settings of a configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct Resolved<'a> {
     pub roles: Vec<RoleView<'a>>,
     pub kv_transfer: TransferView,
+    /// `None` without offload tiers.
+    pub offload: Option<TierRates>,
     pub num_workers: u32,
     pub num_gpus: u32,
 }
@@ -127,6 +139,16 @@ impl SimConfig {
                 sizing: k.sizing(),
                 first_token: k.first_token(),
             },
+            offload: self.offload.enabled().then(|| {
+                let (g1_g2_read_gbps, g1_g2_write_gbps) = self.offload.g1_g2_rates();
+                let (g2_g3_read_gbps, g2_g3_write_gbps) = self.offload.g2_g3_rates();
+                TierRates {
+                    g1_g2_read_gbps,
+                    g1_g2_write_gbps,
+                    g2_g3_read_gbps,
+                    g2_g3_write_gbps,
+                }
+            }),
             num_workers: self.num_workers(),
             num_gpus: self.num_gpus(),
         }

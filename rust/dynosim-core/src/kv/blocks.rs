@@ -9,16 +9,22 @@
 use super::slot_index::SlotIndex;
 use crate::block_ids::BlockId;
 
-const NIL: u32 = u32::MAX;
+/// The identity of a spare slot (identities are below `BlockId::MAX`).
+const NO_ID: BlockId = BlockId::MAX;
 
 #[derive(Debug, Clone)]
 struct Slot {
     id: BlockId,
     refcount: u32,
-    // LRU links, meaningful while refcount == 0; `next` also chains spare slots.
-    prev: u32,
-    next: u32,
+    /// Bumped whenever the slot leaves the LRU order: an entry of `lru` is live while it
+    /// carries its slot's stamp. Kept across reuse, so an old entry never comes alive again
+    /// (stale entries are dropped long before a stamp could wrap: see `compact_lru`).
+    stamp: u32,
 }
+
+/// Stale LRU entries allowed beyond the live ones before they are dropped, at least (few in
+/// the tests, so their short runs drop them often).
+const LRU_SLACK: usize = if cfg!(test) { 2 } else { 64 };
 
 /// Slots a new cache reserves at most; it grows past them as blocks are used.
 const RESERVED_SLOTS: u32 = 1 << 16;
@@ -31,10 +37,14 @@ pub struct KvCache {
     inactive: u32,
     slot_of: SlotIndex,
     slots: Vec<Slot>,
-    /// The first spare slot (no identity), the others chained through `next`.
-    spare: u32,
-    lru_head: u32,
-    lru_tail: u32,
+    /// Slots without an identity, the last spared on top.
+    spare: Vec<u32>,
+    /// Inactive slots, least recently used first from `lru_head` on, as (slot, stamp): a slot
+    /// leaving the order only bumps its stamp, and popping skips entries whose stamp is stale.
+    /// A queue read in order costs evictions no pointer chasing through cold slots, as a
+    /// linked list did.
+    lru: Vec<(u32, u32)>,
+    lru_head: usize,
     evictions: u64,
     /// Identities of evicted blocks, oldest first, kept only once `record_evictions` is called
     /// (the offload tiers read them; a cache without tiers pays nothing).
@@ -62,9 +72,9 @@ impl KvCache {
             // Slots are created as blocks are first used: reserving a huge cache's whole
             // capacity up front would take memory its replay may never touch.
             slots: Vec::with_capacity(capacity.min(RESERVED_SLOTS) as usize),
-            spare: NIL,
-            lru_head: NIL,
-            lru_tail: NIL,
+            spare: Vec::new(),
+            lru: Vec::new(),
+            lru_head: 0,
             evictions: 0,
             record_evicted: false,
             evicted: Vec::new(),
@@ -101,7 +111,7 @@ impl KvCache {
         let mut new = 0;
         for &id in ids {
             if let Some(slot) = self.find(id) {
-                if slot != self.lru_tail {
+                if !self.is_most_recent(slot) {
                     self.unlink(slot);
                     self.push_back(slot);
                 }
@@ -207,7 +217,7 @@ impl KvCache {
     /// stays private).
     #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        if self.slot_of.get(id).is_some() {
+        if self.find(id).is_some() {
             return None;
         }
         Some(self.name_slot(id, 1))
@@ -245,8 +255,8 @@ impl KvCache {
     fn evict(&mut self, n: u32) {
         for _ in 0..n {
             let slot = self.pop_lru();
-            self.slots[slot as usize].next = self.spare;
-            self.spare = slot;
+            self.slots[slot as usize].id = NO_ID;
+            self.spare.push(slot);
         }
         self.inactive -= n;
     }
@@ -255,18 +265,16 @@ impl KvCache {
     /// caller reuses or spares the slot and counts the block out of `inactive`.
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
-        let slot = self.lru_head;
-        debug_assert_ne!(slot, NIL, "eviction with no inactive block");
-        let Slot { id, next, .. } = self.slots[slot as usize];
-        // The head has no predecessor.
-        self.lru_head = next;
-        if next == NIL {
-            self.lru_tail = NIL;
-        } else {
-            self.slots[next as usize].prev = NIL;
-        }
-        debug_assert_eq!(self.slot_of.get(id), Some(slot));
-        self.slot_of.remove(id);
+        let slot = loop {
+            let (slot, stamp) = self.lru[self.lru_head];
+            self.lru_head += 1;
+            if self.slots[slot as usize].stamp == stamp {
+                break slot;
+            }
+        };
+        let id = self.slots[slot as usize].id;
+        debug_assert_eq!(self.find(id), Some(slot));
+        self.slot_of.forget(id);
         self.evictions += 1;
         if self.record_evicted {
             self.evicted.push(id);
@@ -277,57 +285,81 @@ impl KvCache {
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
     #[inline(always)]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
-        let slot = Slot {
-            id,
-            refcount,
-            prev: NIL,
-            next: NIL,
-        };
-        let index = if self.spare == NIL {
-            self.slots.push(slot);
-            (self.slots.len() - 1) as u32
-        } else {
-            let i = self.spare;
-            self.spare = self.slots[i as usize].next;
-            self.slots[i as usize] = slot;
-            i
+        let index = match self.spare.pop() {
+            Some(i) => {
+                let slot = &mut self.slots[i as usize];
+                (slot.id, slot.refcount) = (id, refcount);
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    id,
+                    refcount,
+                    stamp: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
         };
         self.slot_of.insert(id, index);
         index
     }
 
+    /// The slot holding `id`, if cached: a dense index may name the slot `id` last had, so
+    /// the slot's identity is checked.
     #[inline]
     fn find(&self, id: BlockId) -> Option<u32> {
-        self.slot_of.get(id)
+        self.slot_of
+            .get(id)
+            .filter(|&slot| self.slots[slot as usize].id == id)
     }
 
+    /// Make inactive `slot` the most recently used.
+    #[inline(always)]
     fn push_back(&mut self, slot: u32) {
-        let s = &mut self.slots[slot as usize];
-        s.prev = self.lru_tail;
-        s.next = NIL;
-        if self.lru_tail == NIL {
-            self.lru_head = slot;
-        } else {
-            self.slots[self.lru_tail as usize].next = slot;
+        let queued = self.lru.len() - self.lru_head;
+        // Stale entries allowed past the live ones: a quarter of the capacity, so a cache whose
+        // blocks are mostly held (few live entries) does not compact every few releases.
+        let slack = LRU_SLACK.max(self.capacity as usize / 4);
+        if queued >= 2 * self.inactive as usize + slack {
+            self.compact_lru();
+        } else if self.lru_head >= queued + LRU_SLACK {
+            // Mostly popped: move the queue to the front, no stamp read.
+            self.lru.drain(..self.lru_head);
+            self.lru_head = 0;
         }
-        self.lru_tail = slot;
+        self.lru.push((slot, self.slots[slot as usize].stamp));
     }
 
+    /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
+    /// when at most about half the queued entries are live, so each stale entry is read about
+    /// once; fewer than 1.25 x capacity + `LRU_SLACK` stale entries pile up between runs, each bump
+    /// of a stamp making one, so no stamp wraps onto a stale entry.
+    #[cold]
+    #[inline(never)]
+    fn compact_lru(&mut self) {
+        let slots = &self.slots;
+        let mut live = 0;
+        for k in self.lru_head..self.lru.len() {
+            let (slot, stamp) = self.lru[k];
+            if slots[slot as usize].stamp == stamp {
+                self.lru[live] = (slot, stamp);
+                live += 1;
+            }
+        }
+        self.lru.truncate(live);
+        self.lru_head = 0;
+    }
+
+    /// Whether inactive `slot` is the most recently used.
+    fn is_most_recent(&self, slot: u32) -> bool {
+        self.lru.len() > self.lru_head
+            && self.lru.last() == Some(&(slot, self.slots[slot as usize].stamp))
+    }
+
+    /// Take inactive `slot` out of the LRU order.
     fn unlink(&mut self, slot: u32) {
-        let (prev, next) = {
-            let s = &self.slots[slot as usize];
-            (s.prev, s.next)
-        };
-        if prev == NIL {
-            self.lru_head = next;
-        } else {
-            self.slots[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.lru_tail = prev;
-        } else {
-            self.slots[next as usize].prev = prev;
-        }
+        let s = &mut self.slots[slot as usize];
+        s.stamp = s.stamp.wrapping_add(1);
     }
 }
 
@@ -482,6 +514,8 @@ mod tests {
 
     /// Block identities below this, so hits, duplicates and evictions are frequent.
     const IDS: BlockId = 24;
+    /// No slot seen yet.
+    const NIL: u32 = u32::MAX;
 
     /// A cached block of the reference model.
     #[derive(Debug, Clone)]

@@ -62,7 +62,8 @@ impl SlotIndex {
         }
     }
 
-    /// The slot of `id`, if held.
+    /// The slot of `id`, if held; after [`SlotIndex::forget`] a dense index may still give
+    /// the slot `id` last had (the cache checks that the slot still holds `id`).
     #[inline(always)]
     pub fn get(&self, id: BlockId) -> Option<u32> {
         match self {
@@ -83,13 +84,13 @@ impl SlotIndex {
         }
     }
 
-    /// Forget `id`.
+    /// `id` left its slot. A hash table removes it (its size follows the identities held); a
+    /// dense array keeps the stale entry, as clearing it would cost an eviction a cache miss
+    /// into an array over the whole workload, and the slot's own identity tells it stale.
     #[inline(always)]
-    pub fn remove(&mut self, id: BlockId) {
-        match self {
-            SlotIndex::Narrow(v) => v[id as usize] = 0,
-            SlotIndex::Wide(v) => v[id as usize] = 0,
-            SlotIndex::Hashed(h) => h.remove(id),
+    pub fn forget(&mut self, id: BlockId) {
+        if let SlotIndex::Hashed(h) = self {
+            h.remove(id);
         }
     }
 }

@@ -103,6 +103,8 @@ pub(super) struct Cluster {
     evicted: Vec<BlockId>,
     /// Scratch: requests to look up in the offload tiers.
     heads: Vec<u32>,
+    /// Scratch: the (request, handle) pairs a prefill rank's pass finished.
+    handoffs: Vec<(u32, u32)>,
     /// Sessions or the closed loop send requests when others end (a pass ending no request
     /// can start one that does, so then every pass end can lead to a send).
     ends_send: bool,
@@ -224,6 +226,7 @@ impl Cluster {
             tiers,
             evicted: Vec::new(),
             heads: Vec::new(),
+            handoffs: Vec::new(),
             ends_send,
             events: 0,
             shapes: Vec::new(),
@@ -486,9 +489,10 @@ impl Cluster {
             if w >= self.num_prefill {
                 continue;
             }
-            let handoffs: Vec<(u32, u32)> = self.ranks[r].take_handoffs().collect();
+            let mut handoffs = std::mem::take(&mut self.handoffs);
+            handoffs.extend(self.ranks[r].take_handoffs());
             let all = self.workers.len();
-            for (request, src_handle) in handoffs {
+            for &(request, src_handle) in &handoffs {
                 let (pending, pending_blocks) = (&self.pending, &self.pending_blocks);
                 let first_decode = self.num_prefill_ranks;
                 let dst_rank = Self::route(
@@ -514,6 +518,8 @@ impl Cluster {
                 });
                 self.touch(d);
             }
+            handoffs.clear();
+            self.handoffs = handoffs;
         }
     }
 

@@ -187,6 +187,7 @@ fn run(
                 new_passes.push(w as u32);
             }
         }
+        sampler.refresh(&cluster);
         cluster.dirty.clear();
         // Chain only once every worker has started what it starts now: their pass ends bound
         // the horizon.
@@ -234,6 +235,10 @@ fn run(
     counters.worker_busy_ms = sampler.busy_ms;
     counters.tiers = cluster.tiers.as_ref().map(|t| t.finish(now));
     counters.explained = cluster.explained();
+    // The report's columns are the largest thing built: free the cluster (block identities,
+    // caches) and the dispatcher first, so their memory is not held beside them.
+    drop(cluster);
+    drop(dispatcher);
     Ok(Report::build(
         records,
         sampler.series,

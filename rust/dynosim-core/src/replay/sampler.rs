@@ -1,4 +1,9 @@
 //! What the time series record: the cluster's state between two event instants.
+//!
+//! The state is kept, not re-read: the replay loop hands over the workers whose state may have
+//! changed at an instant (its dirty list), only their columns are read again, and the series
+//! hear only of the columns that changed. An instant then costs what changed at it, not the
+//! cluster's size. Debug builds check the kept state against a full read at every instant.
 
 use super::cluster::Cluster;
 use crate::time_series::{Shape, TimeSeries};
@@ -10,7 +15,18 @@ pub(super) struct Sampler {
     /// Time each worker spent running passes (ms).
     pub(super) busy_ms: Vec<f64>,
     last_ms: f64,
+    workers: usize,
+    /// The state now, every series' columns in order: queued, running, KV blocks per worker,
+    /// busy per worker, then link and tier columns.
     values: Vec<f64>,
+    /// Columns that may have changed since the series last observed them, and a flag per column.
+    changed: Vec<usize>,
+    is_changed: Vec<bool>,
+    /// Each worker's waiting and running requests, as last read.
+    queued: Vec<u64>,
+    running: Vec<u64>,
+    queued_total: u64,
+    running_total: u64,
     links: Vec<f64>,
     /// The transport's state the link utilization was last read at.
     links_read_at: Option<u64>,
@@ -40,15 +56,89 @@ impl Sampler {
             ]);
             names.extend(tiers.link_kinds().iter().map(|&k| (k, Shape::Scalar)));
         }
-        Sampler {
-            series: TimeSeries::new(interval_ms, names),
+        let series = TimeSeries::new(interval_ms, names);
+        let columns = series.columns();
+        let mut sampler = Sampler {
+            series,
             busy_ms: vec![0.0; workers],
             last_ms: 0.0,
-            values: Vec::new(),
+            workers,
+            values: Vec::with_capacity(columns),
+            changed: Vec::with_capacity(columns),
+            is_changed: vec![false; columns],
+            queued: vec![0; workers],
+            running: vec![0; workers],
+            queued_total: 0,
+            running_total: 0,
             links: vec![0.0; links],
             links_read_at: None,
             tier_links: Vec::new(),
             tier_links_read_at: None,
+        };
+        sampler.values = sampler.read_all(cluster);
+        for w in 0..workers {
+            (sampler.queued[w], sampler.running[w]) = Self::requests_of(cluster, w);
+        }
+        (sampler.queued_total, sampler.running_total) =
+            (sampler.queued.iter().sum(), sampler.running.iter().sum());
+        sampler
+    }
+
+    /// Worker `w`'s (waiting, running) requests, all its ranks.
+    fn requests_of(cluster: &Cluster, w: usize) -> (u64, u64) {
+        let (mut queued, mut running) = (0, 0);
+        for rank in &cluster.ranks[cluster.workers[w].ranks()] {
+            queued += rank.waiting_len() as u64;
+            running += rank.running_len() as u64;
+        }
+        (queued, running)
+    }
+
+    /// KV blocks in use on worker `w`, all its ranks.
+    fn blocks_of(cluster: &Cluster, w: usize) -> u32 {
+        let ranks = &cluster.ranks[cluster.workers[w].ranks()];
+        ranks.iter().map(|r| r.active_blocks()).sum()
+    }
+
+    /// Column `k` holds `v` now. Bits are compared, not values: a link read as -0.0 is kept as
+    /// read, as the series would have seen it read afresh.
+    fn set(&mut self, k: usize, v: f64) {
+        if self.values[k].to_bits() != v.to_bits() {
+            self.values[k] = v;
+            if !self.is_changed[k] {
+                self.is_changed[k] = true;
+                self.changed.push(k);
+            }
+        }
+    }
+
+    /// Read again the workers whose state may have changed at this instant (`cluster.dirty`):
+    /// no other worker's queue, running requests, blocks or busy flag changed.
+    pub(super) fn refresh(&mut self, cluster: &Cluster) {
+        let workers = self.workers;
+        for &w in &cluster.dirty {
+            let w = w as usize;
+            let (queued, running) = Self::requests_of(cluster, w);
+            self.queued_total = self.queued_total - self.queued[w] + queued;
+            self.running_total = self.running_total - self.running[w] + running;
+            (self.queued[w], self.running[w]) = (queued, running);
+            self.set(2 + w, f64::from(Self::blocks_of(cluster, w)));
+            self.set(
+                2 + workers + w,
+                f64::from(u8::from(cluster.workers[w].busy)),
+            );
+        }
+        self.set(0, self.queued_total as f64);
+        self.set(1, self.running_total as f64);
+        #[cfg(debug_assertions)]
+        {
+            let all = self.read_all(cluster);
+            let n = 2 + 2 * workers;
+            assert_eq!(
+                self.values[..n],
+                all[..n],
+                "kept state differs from a full read"
+            );
         }
     }
 
@@ -58,59 +148,85 @@ impl Sampler {
         if now <= self.last_ms {
             return;
         }
-        self.read(cluster, now);
-        self.series.observe(now, &self.values);
+        self.advance(now, cluster);
+        self.changed.sort_unstable();
+        self.series
+            .observe_changed(now, &self.values, &self.changed);
+        for &k in &self.changed {
+            self.is_changed[k] = false;
+        }
+        self.changed.clear();
     }
 
     /// Close the series at the replay's end `now` (ms) with the final state.
     pub(super) fn finish(&mut self, now: f64, cluster: &Cluster) {
-        self.read(cluster, now);
+        self.advance(now, cluster);
+        debug_assert_eq!(self.values, self.read_all(cluster));
         self.series.finish(now, &self.values);
     }
 
-    fn read(&mut self, cluster: &Cluster, now: f64) {
-        let ranks = &cluster.ranks;
+    /// Count the busy time up to `now` and read the link and tier columns, which change with
+    /// flows rather than with workers.
+    fn advance(&mut self, now: f64, cluster: &Cluster) {
         let span = now - self.last_ms;
         self.last_ms = now;
-        let workers = cluster.workers.len();
-        let v = &mut self.values;
-        // Queue, running, then a column per worker for KV blocks and for busy: one pass over
-        // the workers fills all of them.
-        v.resize(2 + 2 * workers, 0.0);
-        let (mut queued, mut running) = (0, 0);
-        for (w, worker) in cluster.workers.iter().enumerate() {
-            let mut blocks = 0;
-            for rank in &ranks[worker.ranks()] {
-                queued += rank.waiting_len();
-                running += rank.running_len();
-                blocks += rank.active_blocks();
-            }
-            let busy = f64::from(u8::from(worker.busy));
-            self.busy_ms[w] += busy * span;
-            v[2 + w] = f64::from(blocks);
-            v[2 + workers + w] = busy;
+        let busy = &self.values[2 + self.workers..2 + 2 * self.workers];
+        for (total, &b) in self.busy_ms.iter_mut().zip(busy) {
+            *total += b * span;
         }
-        v[0] = queued as f64;
-        v[1] = running as f64;
+        let mut k = 2 + 2 * self.workers;
         if !self.links.is_empty() {
             let at = cluster.transport.version();
             if self.links_read_at != Some(at) {
                 cluster.transport.link_utilization_now(&mut self.links);
                 self.links_read_at = Some(at);
+                for j in 0..self.links.len() {
+                    self.set(k + j, self.links[j]);
+                }
             }
-            v.extend_from_slice(&self.links);
+            k += self.links.len();
         }
         if let Some(tiers) = &cluster.tiers {
-            v.push(f64::from(tiers.g2_used()));
-            v.push(f64::from(tiers.g3_used()));
-            v.push(tiers.onboarding() as f64);
+            self.set(k, f64::from(tiers.g2_used()));
+            self.set(k + 1, f64::from(tiers.g3_used()));
+            self.set(k + 2, tiers.onboarding() as f64);
+            k += 3;
             let at = tiers.version();
             if self.tier_links_read_at != Some(at) {
                 self.tier_links.clear();
                 tiers.link_use_now(&mut self.tier_links);
                 self.tier_links_read_at = Some(at);
+                for j in 0..self.tier_links.len() {
+                    self.set(k + j, self.tier_links[j]);
+                }
             }
-            v.extend_from_slice(&self.tier_links);
         }
+    }
+
+    /// The whole state read afresh (link and tier columns as last read): the reference the
+    /// kept state is checked against, and the state at the start.
+    fn read_all(&self, cluster: &Cluster) -> Vec<f64> {
+        let workers = self.workers;
+        let mut v = vec![0.0; 2 + 2 * workers];
+        let (mut queued, mut running) = (0, 0);
+        for w in 0..workers {
+            let (q, r) = Self::requests_of(cluster, w);
+            (queued, running) = (queued + q, running + r);
+            v[2 + w] = f64::from(Self::blocks_of(cluster, w));
+            v[2 + workers + w] = f64::from(u8::from(cluster.workers[w].busy));
+        }
+        v[0] = queued as f64;
+        v[1] = running as f64;
+        v.extend_from_slice(&self.links);
+        if let Some(tiers) = &cluster.tiers {
+            v.push(f64::from(tiers.g2_used()));
+            v.push(f64::from(tiers.g3_used()));
+            v.push(tiers.onboarding() as f64);
+            match self.tier_links_read_at {
+                Some(_) => v.extend_from_slice(&self.tier_links),
+                None => v.extend(tiers.link_kinds().iter().map(|_| 0.0)),
+            }
+        }
+        v
     }
 }

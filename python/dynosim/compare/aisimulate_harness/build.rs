@@ -1,0 +1,1 @@
+../../../../rust/dynosim-aisim/build.rs

@@ -1,0 +1,1 @@
+../../../../../rust/dynosim-aisim/src/replay.rs

@@ -126,17 +126,16 @@ def small_trace():
 #: that search worker counts only.
 ONE_SETTING = {"chunked_prefill": [True], "token_budgets": [8192], "max_batch_size": [256]}
 
+#: The small plans' problem: the model, TTFT p90 <= 400 ms and mean TPOT <= 25 ms on at most 6
+#: GPUs, TP 1 and 2.
+SMALL_PLAN = dict(
+    **MODEL, sla={"ttft_ms": 400, "tpot_ms": 25}, max_gpus=6, tp=(1, 2), progress=False
+)
+
 
 @needs_aic
 def test_bisection_agrees_with_the_full_grid(small_trace):
-    kwargs = dict(
-        **MODEL,
-        **ONE_SETTING,
-        sla={"ttft_ms": 400, "tpot_ms": 25},
-        max_gpus=6,
-        tp=(1, 2),
-        progress=False,
-    )
+    kwargs = dict(**SMALL_PLAN, **ONE_SETTING)
     bisected = dynosim.plan(small_trace, **kwargs)
     grid = dynosim.plan(small_trace, search="grid", **kwargs)
     assert bisected.grid_size == grid.grid_size == grid.replays_run
@@ -494,15 +493,7 @@ def _key(row):
 def test_disaggregated_candidates_move_kv_over_the_systems_links(small_trace):
     from dynosim.aic.database import gpu_links_gbps
 
-    kwargs = dict(
-        **MODEL,
-        **ONE_SETTING,
-        sla={"ttft_ms": 400, "tpot_ms": 25},
-        max_gpus=6,
-        tp=(1, 2),
-        modes=("disaggregated",),
-        progress=False,
-    )
+    kwargs = dict(**SMALL_PLAN, **ONE_SETTING, modes=("disaggregated",))
     res = dynosim.plan(small_trace, **kwargs)
     c, link = res.candidate, gpu_links_gbps("h200_sxm")["inter_node"]
     transfer = res.config.kv_transfer
@@ -529,15 +520,7 @@ def test_disaggregated_candidates_move_kv_over_the_systems_links(small_trace):
 
 @needs_aic
 def test_the_plan_says_which_constraint_binds_and_by_how_much(small_trace):
-    res = dynosim.plan(
-        small_trace,
-        **MODEL,
-        **ONE_SETTING,
-        sla={"ttft_ms": 400, "tpot_ms": 25},
-        max_gpus=6,
-        tp=(1, 2),
-        progress=False,
-    )
+    res = dynosim.plan(small_trace, **SMALL_PLAN, **ONE_SETTING)
     labels = [w.label for w in res.why]
     assert labels[:2] == ["pick", "runner-up"] and res.why[1].row is res.runner_up
     for why in res.why:
@@ -560,14 +543,10 @@ def test_the_plan_says_which_constraint_binds_and_by_how_much(small_trace):
 def test_the_pruned_search_finds_what_every_setting_finds(small_trace):
     # The slow reference: every setting of the whole ladder searched for its fewest GPUs.
     kwargs = dict(
-        **MODEL,
-        sla={"ttft_ms": 400, "tpot_ms": 25},
-        max_gpus=6,
-        tp=(1, 2),
+        **SMALL_PLAN,
         modes=("aggregated",),
         token_budgets=[2048, 8192],
         max_batch_size=[16, 256],
-        progress=False,
     )
     pruned = dynosim.plan(small_trace, **kwargs)
     every = dynosim.plan(small_trace, prune=False, **kwargs)

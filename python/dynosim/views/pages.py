@@ -309,11 +309,13 @@ def pareto_page(
     title: str,
     path: str | os.PathLike[str] | None = None,
     front: Sequence[Mapping[str, Any]] | None = None,
+    why: tuple[Sequence[str], Sequence[Sequence[str]]] | None = None,
 ) -> str:
     """The HTML page of a sweep's or plan's candidates (a SweepResult): tokens/s/GPU against
     tokens/s/user, aggregated and disaggregated apart, the SLA-feasible side, the front
-    (``front``, or the result's own Pareto front) and the pick; then the pick, the front and
-    every candidate as tables."""
+    (``front``, or the result's own Pareto front) and the pick; then the pick, why (``why``:
+    a header and rows of text, a plan's constraints of the pick and the runner-up), the front
+    and every candidate as tables."""
     rows = result.rows
     front = result.pareto().rows if front is None else list(front)
     sla = result.sla
@@ -341,6 +343,11 @@ def pareto_page(
     sections = [
         ("Pareto front", _figure(figures.pareto(rows, front, pick, floor), "pareto", caption)),
         ("Pick", chosen),
+        *(
+            [("Why (the constraint that binds, and by how much)", plain(why[1], why[0]))]
+            if why
+            else []
+        ),
         ("Front", _candidates(front, result.settings) if front else "<p>Empty.</p>"),
         ("Every candidate", _candidates(rows, result.settings)),
     ]

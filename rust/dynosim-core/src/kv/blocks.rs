@@ -120,6 +120,7 @@ impl KvCache {
             let index = if self.inactive == self.capacity {
                 // The evicted block's slot takes the new one.
                 let slot = self.pop_lru();
+                self.evictions += 1;
                 self.slots[slot as usize].id = id;
                 self.slot_of.insert(id, slot);
                 slot
@@ -240,29 +241,35 @@ impl KvCache {
     /// Later blocks become least recent first, so eviction trims prefixes from their tail.
     pub fn release(&mut self, slots: &[u32], private: u32) {
         self.active -= private;
+        // The queue is tidied once for the whole release, not once per block: tidying drops
+        // stale entries only, so when it runs never changes the order of the live ones.
+        self.tidy_lru();
         for &slot in slots.iter().rev() {
             let s = &mut self.slots[slot as usize];
             s.refcount -= 1;
             if s.refcount == 0 {
                 self.active -= 1;
                 self.inactive += 1;
-                self.push_back(slot);
+                self.lru.push((slot, s.stamp));
             }
         }
     }
 
     /// Evict the `n` least recently used inactive blocks.
     fn evict(&mut self, n: u32) {
+        self.spare.reserve(n as usize);
         for _ in 0..n {
             let slot = self.pop_lru();
             self.slots[slot as usize].id = NO_ID;
             self.spare.push(slot);
         }
         self.inactive -= n;
+        self.evictions += u64::from(n);
     }
 
     /// Evict the least recently used inactive block and return its slot, now nameless; the
-    /// caller reuses or spares the slot and counts the block out of `inactive`.
+    /// caller reuses or spares the slot and counts the block out of `inactive` and into
+    /// `evictions`.
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
         let slot = loop {
@@ -275,7 +282,6 @@ impl KvCache {
         let id = self.slots[slot as usize].id;
         debug_assert_eq!(self.find(id), Some(slot));
         self.slot_of.forget(id);
-        self.evictions += 1;
         if self.record_evicted {
             self.evicted.push(id);
         }
@@ -316,6 +322,14 @@ impl KvCache {
     /// Make inactive `slot` the most recently used.
     #[inline(always)]
     fn push_back(&mut self, slot: u32) {
+        self.tidy_lru();
+        self.lru.push((slot, self.slots[slot as usize].stamp));
+    }
+
+    /// Drop the LRU queue's stale entries once they outnumber the live ones (plus a slack),
+    /// or move it to the front once mostly popped, before entries are pushed.
+    #[inline(always)]
+    fn tidy_lru(&mut self) {
         let queued = self.lru.len() - self.lru_head;
         // Stale entries allowed past the live ones: a quarter of the capacity, so a cache whose
         // blocks are mostly held (few live entries) does not compact every few releases.
@@ -327,13 +341,13 @@ impl KvCache {
             self.lru.drain(..self.lru_head);
             self.lru_head = 0;
         }
-        self.lru.push((slot, self.slots[slot as usize].stamp));
     }
 
     /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
     /// when at most about half the queued entries are live, so each stale entry is read about
-    /// once; fewer than 1.25 x capacity + `LRU_SLACK` stale entries pile up between runs, each bump
-    /// of a stamp making one, so no stamp wraps onto a stale entry.
+    /// once; a few times the capacity of stale entries at most pile up between runs (a release
+    /// checks once, then pushes up to a capacity of entries), each bump of a stamp making one,
+    /// so no stamp wraps onto a stale entry.
     #[cold]
     #[inline(never)]
     fn compact_lru(&mut self) {

@@ -6,7 +6,7 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
-use super::slot_index::SlotIndex;
+use super::slot_index::{SlotIndex, Slots, WithForm};
 use crate::block_ids::BlockId;
 
 /// The identity of a spare slot (identities are below `BlockId::MAX`).
@@ -218,22 +218,37 @@ impl KvCache {
     /// stays private).
     #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        if self.find(id).is_some() {
-            return None;
-        }
-        Some(self.name_slot(id, 1))
+        register_in(&mut self.slot_of, &mut self.slots, &mut self.spare, id)
     }
 
     /// `register` each of `ids` in turn, appending the slots named to `slots`; returns how
-    /// many were named (the others stay private).
+    /// many were named (the others stay private). The index's form is matched once for all
+    /// of them, not twice a block.
     pub fn register_all(&mut self, ids: &[BlockId], slots: &mut Vec<u32>) -> u32 {
-        let before = slots.len();
-        slots.reserve(ids.len());
-        for &id in ids {
-            if let Some(slot) = self.register(id) {
-                slots.push(slot);
+        struct Register<'a> {
+            slots: &'a mut Vec<Slot>,
+            spare: &'a mut Vec<u32>,
+            ids: &'a [BlockId],
+            out: &'a mut Vec<u32>,
+        }
+        impl WithForm for Register<'_> {
+            type Output = ();
+            fn run<S: Slots>(self, index: &mut S) {
+                for &id in self.ids {
+                    if let Some(slot) = register_in(index, self.slots, self.spare, id) {
+                        self.out.push(slot);
+                    }
+                }
             }
         }
+        let before = slots.len();
+        slots.reserve(ids.len());
+        self.slot_of.with_form(Register {
+            slots: &mut self.slots,
+            spare: &mut self.spare,
+            ids,
+            out: slots,
+        });
         (slots.len() - before) as u32
     }
 
@@ -291,32 +306,18 @@ impl KvCache {
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
     #[inline(always)]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
-        let index = match self.spare.pop() {
-            Some(i) => {
-                let slot = &mut self.slots[i as usize];
-                (slot.id, slot.refcount) = (id, refcount);
-                i
-            }
-            None => {
-                self.slots.push(Slot {
-                    id,
-                    refcount,
-                    stamp: 0,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.slot_of.insert(id, index);
-        index
+        name_in(
+            &mut self.slot_of,
+            &mut self.slots,
+            &mut self.spare,
+            id,
+            refcount,
+        )
     }
 
-    /// The slot holding `id`, if cached: a dense index may name the slot `id` last had, so
-    /// the slot's identity is checked.
     #[inline]
     fn find(&self, id: BlockId) -> Option<u32> {
-        self.slot_of
-            .get(id)
-            .filter(|&slot| self.slots[slot as usize].id == id)
+        find_in(&self.slot_of, &self.slots, id)
     }
 
     /// Make inactive `slot` the most recently used.
@@ -375,6 +376,55 @@ impl KvCache {
         let s = &mut self.slots[slot as usize];
         s.stamp = s.stamp.wrapping_add(1);
     }
+}
+
+/// The slot holding `id` by `index`, if cached: a dense index may name the slot `id` last
+/// had, so the slot's identity is checked.
+#[inline(always)]
+fn find_in(index: &impl Slots, slots: &[Slot], id: BlockId) -> Option<u32> {
+    index.get(id).filter(|&slot| slots[slot as usize].id == id)
+}
+
+/// A slot (a spare one if any) holding the absent identity `id`, findable by it in `index`.
+#[inline(always)]
+fn name_in(
+    index: &mut impl Slots,
+    slots: &mut Vec<Slot>,
+    spare: &mut Vec<u32>,
+    id: BlockId,
+    refcount: u32,
+) -> u32 {
+    let named = match spare.pop() {
+        Some(i) => {
+            let slot = &mut slots[i as usize];
+            (slot.id, slot.refcount) = (id, refcount);
+            i
+        }
+        None => {
+            slots.push(Slot {
+                id,
+                refcount,
+                stamp: 0,
+            });
+            (slots.len() - 1) as u32
+        }
+    };
+    index.insert(id, named);
+    named
+}
+
+/// [`KvCache::register`] on one form of the index.
+#[inline(always)]
+fn register_in(
+    index: &mut impl Slots,
+    slots: &mut Vec<Slot>,
+    spare: &mut Vec<u32>,
+    id: BlockId,
+) -> Option<u32> {
+    if find_in(index, slots, id).is_some() {
+        return None;
+    }
+    Some(name_in(index, slots, spare, id, 1))
 }
 
 #[cfg(test)]
@@ -496,7 +546,11 @@ mod tests {
         for round in 0..12u32 {
             // Five new blocks a round: from the fourth round on, each evicts the oldest.
             let ids: Vec<BlockId> = (round * 5..round * 5 + 5).collect();
-            let a = fill(&mut hashed, &ids);
+            // The hashed cache names the blocks in one `register_all` (its index's form
+            // matched once), the dense one block by block.
+            hashed.allocate(ids.len() as u32);
+            let mut a = Vec::new();
+            assert_eq!(hashed.register_all(&ids, &mut a), 5);
             let b = fill(&mut dense, &ids);
             assert_eq!(a, b);
             hashed.release(&a, 0);

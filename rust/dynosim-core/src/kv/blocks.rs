@@ -270,14 +270,36 @@ impl KvCache {
         }
     }
 
-    /// Evict the `n` least recently used inactive blocks.
+    /// Evict the `n` least recently used inactive blocks, the index's form matched once for
+    /// all of them.
     fn evict(&mut self, n: u32) {
-        self.spare.reserve(n as usize);
-        for _ in 0..n {
-            let slot = self.pop_lru();
-            self.slots[slot as usize].id = NO_ID;
-            self.spare.push(slot);
+        struct Evict<'a> {
+            lru: Lru<'a>,
+            spare: &'a mut Vec<u32>,
+            n: u32,
         }
+        impl WithForm for Evict<'_> {
+            type Output = ();
+            fn run<S: Slots>(mut self, index: &mut S) {
+                for _ in 0..self.n {
+                    let slot = self.lru.pop(index);
+                    self.lru.slots[slot as usize].id = NO_ID;
+                    self.spare.push(slot);
+                }
+            }
+        }
+        self.spare.reserve(n as usize);
+        let lru = Lru {
+            queue: &self.lru,
+            head: &mut self.lru_head,
+            slots: &mut self.slots,
+            evicted: self.record_evicted.then_some(&mut self.evicted),
+        };
+        self.slot_of.with_form(Evict {
+            lru,
+            spare: &mut self.spare,
+            n,
+        });
         self.inactive -= n;
         self.evictions += u64::from(n);
     }
@@ -287,20 +309,13 @@ impl KvCache {
     /// `evictions`.
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
-        let slot = loop {
-            let (slot, stamp) = self.lru[self.lru_head];
-            self.lru_head += 1;
-            if self.slots[slot as usize].stamp == stamp {
-                break slot;
-            }
-        };
-        let id = self.slots[slot as usize].id;
-        debug_assert_eq!(self.find(id), Some(slot));
-        self.slot_of.forget(id);
-        if self.record_evicted {
-            self.evicted.push(id);
+        Lru {
+            queue: &self.lru,
+            head: &mut self.lru_head,
+            slots: &mut self.slots,
+            evicted: self.record_evicted.then_some(&mut self.evicted),
         }
-        slot
+        .pop(&mut self.slot_of)
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
@@ -337,8 +352,9 @@ impl KvCache {
         let slack = LRU_SLACK.max(self.capacity as usize / 4);
         if queued >= 2 * self.inactive as usize + slack {
             self.compact_lru();
-        } else if self.lru_head >= queued + LRU_SLACK {
-            // Mostly popped: move the queue to the front, no stamp read.
+        } else if self.lru_head >= 4 * queued + slack {
+            // Mostly popped: move the queue to the front, no stamp read (each entry moved
+            // after four or more were popped).
             self.lru.drain(..self.lru_head);
             self.lru_head = 0;
         }
@@ -375,6 +391,36 @@ impl KvCache {
     fn unlink(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
         s.stamp = s.stamp.wrapping_add(1);
+    }
+}
+
+/// The parts of a [`KvCache`] an eviction reads and writes besides its index.
+struct Lru<'a> {
+    queue: &'a [(u32, u32)],
+    head: &'a mut usize,
+    slots: &'a mut [Slot],
+    /// Where evicted identities are kept, when they are.
+    evicted: Option<&'a mut Vec<BlockId>>,
+}
+
+impl Lru<'_> {
+    /// [`KvCache::pop_lru`] on one form of the index.
+    #[inline(always)]
+    fn pop(&mut self, index: &mut impl Slots) -> u32 {
+        let slot = loop {
+            let (slot, stamp) = self.queue[*self.head];
+            *self.head += 1;
+            if self.slots[slot as usize].stamp == stamp {
+                break slot;
+            }
+        };
+        let id = self.slots[slot as usize].id;
+        debug_assert_eq!(find_in(index, self.slots, id), Some(slot));
+        index.forget(id);
+        if let Some(evicted) = self.evicted.as_deref_mut() {
+            evicted.push(id);
+        }
+        slot
     }
 }
 

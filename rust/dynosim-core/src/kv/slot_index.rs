@@ -59,6 +59,8 @@ pub trait Slots {
     fn get(&self, id: BlockId) -> Option<u32>;
     /// Map `id` to `slot`.
     fn insert(&mut self, id: BlockId, slot: u32);
+    /// `id` left its slot (see [`SlotIndex::forget`]).
+    fn forget(&mut self, id: BlockId);
 }
 
 impl Slots for Vec<u16> {
@@ -72,6 +74,9 @@ impl Slots for Vec<u16> {
         // Slots are below the capacity, below u16::MAX - 1 here.
         self[id as usize] = (slot + 1) as u16;
     }
+
+    #[inline(always)]
+    fn forget(&mut self, _: BlockId) {}
 }
 
 impl Slots for Vec<u32> {
@@ -84,6 +89,9 @@ impl Slots for Vec<u32> {
     fn insert(&mut self, id: BlockId, slot: u32) {
         self[id as usize] = slot + 1;
     }
+
+    #[inline(always)]
+    fn forget(&mut self, _: BlockId) {}
 }
 
 impl Slots for HashedSlots {
@@ -96,6 +104,11 @@ impl Slots for HashedSlots {
     fn insert(&mut self, id: BlockId, slot: u32) {
         HashedSlots::insert(self, id, slot)
     }
+
+    #[inline(always)]
+    fn forget(&mut self, id: BlockId) {
+        self.remove(id)
+    }
 }
 
 impl Slots for SlotIndex {
@@ -107,6 +120,11 @@ impl Slots for SlotIndex {
     #[inline(always)]
     fn insert(&mut self, id: BlockId, slot: u32) {
         SlotIndex::insert(self, id, slot)
+    }
+
+    #[inline(always)]
+    fn forget(&mut self, id: BlockId) {
+        SlotIndex::forget(self, id)
     }
 }
 

@@ -182,3 +182,45 @@ def test_plan_writes_the_pick_manifest(tmp_path, capsys):
     assert "ranked candidates" in printed and "pick:" in printed
     assert (out / "k8s_deploy.yaml").exists() and (out / "pareto.csv").exists()
     assert "DynamoGraphDeployment" in (out / "k8s_deploy.yaml").read_text()
+
+
+@needs_aic
+def test_identical_plans_write_identical_files(tmp_path):
+    # Replays numbered by layout, setting and workers, no wall times in the files: two runs,
+    # on one thread and on two (replays finishing in another order), write the same bytes.
+    argv = [*PLAN, "--sla-ttft-ms", "600", "--sla-tpot-ms", "30", "--max-gpus", "4"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main([*argv, "--tp", "1", "2", "--jobs", "2", "-o", str(a)]) == 0
+    assert main([*argv, "--tp", "1", "2", "--jobs", "1", "-o", str(b)]) == 0
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    assert {"replays.csv", "pareto.csv", "candidate.yaml", "k8s_deploy.yaml"} <= set(names)
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    if (a / "pareto.html").exists():  # with the plot extra: the page says why too
+        assert "Why (the constraint that binds, and by how much)" in (a / "pareto.html").read_text()
+    rows = list(csv.DictReader((a / "replays.csv").open()))
+    assert [int(r["index"]) for r in rows] == list(range(len(rows)))
+    assert "wall_ms" not in rows[0]
+
+
+@needs_aic
+def test_a_manifest_with_the_chunking_flag_changed_fails_validation(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = [*PLAN, "--sla-ttft-ms", "600", "--sla-tpot-ms", "30", "--max-gpus", "4", "--tp", "2"]
+    # With a G2 tier per rank (its KV bytes per token from the model, its link PCIe).
+    assert main([*argv, "--chunked-prefill", "on", "--g2-blocks", "4096", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "chunked on" in printed and "why (the constraint that binds" in printed
+    manifest, candidate = out / "k8s_deploy.yaml", str(out / "candidate.yaml")
+    text = manifest.read_text()
+    assert "enable_chunked_prefill: True" in text
+    assert main(["validate", str(manifest), "--candidate", candidate]) == 0
+    manifest.write_text(
+        text.replace("enable_chunked_prefill: True", "enable_chunked_prefill: False")
+    )
+    capsys.readouterr()
+    assert main(["validate", str(manifest), "--candidate", candidate]) == 1
+    printed = capsys.readouterr().out
+    assert "enable_chunked_prefill turns chunked prefill off" in printed
+    assert "chunked_prefill is on (simulated on)" in printed

@@ -30,6 +30,8 @@ from dynosim import (
     validate_manifest,
 )
 from dynosim.cli import EXIT_BAD_INPUT, main
+from dynosim.deploy.candidate import ENGINE_SETTINGS
+from dynosim.deploy.manifest import worker_service_name
 
 #: Backend versions AIC 0.12's runtime matrix pairs with Dynamo 1.2.0; each has its own
 #: config template in AIC (cli_args.0.20.1, cli_args.0.5.11, extra_engine_args.1.3.0rc14).
@@ -65,6 +67,21 @@ def candidate(backend: str, mode: str, **over: Any) -> Candidate:
             "max_batch_size": 128,
         }
     return Candidate.model_validate({**data, **over})
+
+
+def replayed(cand: Candidate) -> Candidate:
+    """``cand`` with each role's unset engine settings at its flavour's defaults, as
+    ``Candidate.from_config`` reads them back from the replayed configuration."""
+    defaults = dynosim.config.ENGINE_DEFAULTS[cand.backend]
+    roles = {}
+    for role, spec in cand.roles().items():
+        unset = {
+            field: defaults[key]
+            for field, key in ENGINE_SETTINGS[cand.backend].items()
+            if getattr(spec, field) is None
+        }
+        roles[role] = spec.model_copy(update=unset)
+    return cand.model_copy(update=roles)
 
 
 def dgd(text: str) -> dict[str, Any]:
@@ -160,6 +177,83 @@ def test_trtllm_transfer_buffer_holds_the_longest_prompt_in_whole_blocks(aic):
         assert "cache_transceiver_config" in launch(
             dgd(rendered.text)["spec"]["services"]["TRTLLMDecodeWorker"]
         )
+
+
+#: Engine settings of a role, per backend: what the candidate says and how AIC renders it.
+SETTINGS = {
+    "trtllm": (
+        {"chunked_prefill": True, "max_num_tokens": 16384},
+        ("enable_chunked_prefill: True", "max_num_tokens: 16384"),
+    ),
+    "vllm": ({"chunked_prefill": True, "max_num_tokens": 4096}, ("--max-num-batched-tokens 4096",)),
+    "sglang": (
+        {"chunk_size": 4096, "max_num_tokens": 16384},
+        ('--chunked-prefill-size "4096"', '--max-prefill-tokens "16384"'),
+    ),
+}
+
+
+def _changed(backend: str, text: str) -> str:
+    """``text`` with the worker's engine told to stop chunking prompts (one edit per worker)."""
+    if backend == "trtllm":
+        return text.replace("enable_chunked_prefill: True", "enable_chunked_prefill: False")
+    if backend == "vllm":
+        return text.replace(
+            "- --max-num-seqs", "- --no-enable-chunked-prefill\n          - --max-num-seqs"
+        )
+    return text.replace('--chunked-prefill-size \\"4096\\"', '--chunked-prefill-size \\"-1\\"')
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"), list(itertools.product(VERSIONS, ["aggregated", "disaggregated"]))
+)
+def test_engine_settings_render_and_a_changed_flag_fails_validation(aic, backend, mode):
+    given, forms = SETTINGS[backend]
+    base = candidate(backend, mode)
+    roles = {
+        r: {**s.model_dump(), **given, "pipeline_parallel_size": 1} for r, s in base.roles().items()
+    }
+    cand = candidate(backend, mode, **roles)
+    rendered = render_dgd(cand, SYNTH, OPTIONS)
+    assert rendered.validate() == []
+    for role in cand.roles():
+        svc = dgd(rendered.text)["spec"]["services"][worker_service_name(backend, role)]
+        for form in forms:
+            assert form in launch(svc), (role, form)
+    changed = _changed(backend, rendered.text)
+    problems = validate_manifest(changed, rendered.deployed)
+    assert len(problems) == len(cand.roles()), problems
+    flag = {
+        "trtllm": "enable_chunked_prefill turns chunked prefill off",
+        "vllm": "--no-enable-chunked-prefill turns chunked prefill off",
+        "sglang": "--chunked-prefill-size -1 turns chunked prefill off",
+    }[backend]
+    for problem, role in zip(problems, cand.roles(), strict=True):
+        assert flag in problem.message and role in problem.message, problem
+
+
+def test_a_budget_changed_in_the_manifest_fails_validation(aic):
+    cand = candidate(
+        "vllm",
+        "aggregated",
+        aggregated={"replicas": 1, "max_batch_size": 8, "max_num_tokens": 4096},
+    )
+    rendered = render_dgd(cand, SYNTH, OPTIONS)
+    changed = rendered.text.replace("- '4096'", "- '8192'")
+    (problem,) = validate_manifest(changed, rendered.deployed)
+    assert problem.message == (
+        "--max-num-batched-tokens: expected 4096 (candidate aggregated.max_num_tokens), got 8192"
+    )
+
+
+def test_vllm_with_chunked_prefill_off_cannot_be_rendered(aic):
+    cand = candidate(
+        "vllm",
+        "aggregated",
+        aggregated={"replicas": 1, "max_batch_size": 8, "chunked_prefill": False},
+    )
+    with pytest.raises(ConfigError, match=r"candidate.aggregated.chunked_prefill: AIC's generator"):
+        render_dgd(cand, SYNTH, OPTIONS)
 
 
 # --- trace and synthetic agree ----------------------------------------------------------------
@@ -491,6 +585,17 @@ def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys)
             "candidate.aggregated.data_parallel_size: TensorRT-LLM has no separate data "
             "parallel size",
         ),
+        (
+            {
+                "backend": "sglang",
+                "aggregated": {"replicas": 1, "max_batch_size": 8, "chunked_prefill": False},
+            },
+            "candidate.aggregated.chunked_prefill: SGLang's engine is simulated chunking",
+        ),
+        (
+            {"aggregated": {"replicas": 1, "max_batch_size": 8, "chunk_size": 4096}},
+            "candidate.aggregated.chunk_size: an SGLang setting (chunked-prefill-size); vllm",
+        ),
         ({"block_size": 0}, "candidate.block_size: expected 1 to 65,536 tokens, got 0"),
         (
             {"aggregated": {"replicas": "2", "max_batch_size": 8}},
@@ -560,7 +665,13 @@ def test_candidate_maps_to_the_configuration_it_simulates_and_back():
         backend="trtllm",
         backend_version="1.3.0rc14",
         block_size=32,
-        prefill={"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 8},
+        prefill={
+            "replicas": 3,
+            "tensor_parallel_size": 2,
+            "max_batch_size": 8,
+            "chunked_prefill": True,
+            "max_num_tokens": 16384,
+        },
         decode={"replicas": 2, "tensor_parallel_size": 4, "max_batch_size": 128},
     )
     base = dynosim.SimConfig(kv_transfer={"bandwidth_gbps": 25.0, "kv_bytes_per_token": 1000})
@@ -584,9 +695,25 @@ def test_candidate_maps_to_the_configuration_it_simulates_and_back():
     assert config.kv_transfer == base.kv_transfer  # the rest of the base is kept
     # 3 x TP 2 + 2 x TP 4 GPUs, as the manifest would ask for.
     assert dynosim.config.resolve(config).num_gpus == 3 * 2 + 2 * 4
-    assert Candidate.from_config(config) == cand
-    agg = candidate("vllm", "aggregated")
-    assert Candidate.from_config(agg.to_config()) == agg
+    # The engine settings given are the engine's; unset, the flavour's defaults are replayed.
+    assert (config.prefill.engine.enable_chunked_context, config.prefill.engine.max_num_tokens) == (
+        True,
+        16384,
+    )
+    assert config.decode.engine.enable_chunked_context is None
+    back = Candidate.from_config(config)
+    assert back.prefill == cand.prefill and back == replayed(cand)
+    trtllm = dynosim.config.ENGINE_DEFAULTS["trtllm"]
+    assert (back.decode.chunked_prefill, back.decode.max_num_tokens) == (
+        trtllm["enable_chunked_context"],
+        trtllm["max_num_tokens"],
+    )
+    role = {"replicas": 3, "tensor_parallel_size": 2, "max_batch_size": 64}
+    agg = candidate("vllm", "aggregated", aggregated={**role, "max_num_tokens": 2048})
+    assert Candidate.from_config(agg.to_config()) == replayed(agg)
+    sglang = candidate("sglang", "aggregated", aggregated={**role, "chunk_size": 4096})
+    engine = sglang.to_config().engine
+    assert (engine.chunked_prefill_size, engine.max_prefill_tokens) == (4096, None)
 
 
 def test_the_mapping_refuses_what_one_side_cannot_hold():
@@ -601,8 +728,13 @@ def test_the_mapping_refuses_what_one_side_cannot_hold():
         backend="vllm",
         backend_version="0.20.1",
     )
+    vllm = dynosim.config.ENGINE_DEFAULTS["vllm"]
     assert cand.aggregated == dynosim.WorkerRole(
-        replicas=4, data_parallel_size=2, max_batch_size=12
+        replicas=4,
+        data_parallel_size=2,
+        max_batch_size=12,
+        chunked_prefill=vllm["enable_chunked_prefill"],
+        max_num_tokens=vllm["max_num_batched_tokens"],
     )
     split = dynosim.SimConfig(
         cluster={"mode": "disaggregated"}, decode={"engine": {"block_size": 16}}
@@ -644,7 +776,7 @@ def test_data_and_expert_parallel_candidates_map_to_their_simulation_and_back():
         assert (engine.tensor_parallel_size, engine.data_parallel_size) == (1, 2)
         assert (timing.tp, timing.dp, timing.ep) == (1, 2, 2)
     assert dynosim.config.resolve(config).num_gpus == 2 * 2 + 2 * 2
-    assert Candidate.from_config(config) == cand
+    assert Candidate.from_config(config) == replayed(cand)
     # A configuration timed otherwise has no expert split.
     plain = dynosim.SimConfig(engine={"data_parallel_size": 2})
     back = Candidate.from_config(plain, model="m", system="s", backend="vllm", backend_version="1")

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import needs_aic
 
 import dynosim
 from dynosim import Sla, Space, sweep
@@ -274,3 +275,33 @@ def test_ray_gives_the_thread_pool_result(sample, reference):
     finally:
         ray.shutdown()
     assert got.to_json() == reference.to_json()
+
+
+@needs_aic
+def test_timing_tables_are_serialized_once_and_the_document_is_the_same():
+    # The fast path (each table's text reused by later candidates) against json.dumps of the
+    # whole document: a disaggregated configuration, each role timed at its own TP.
+    from dynosim.aic import aic_sections_to_tables
+    from dynosim.replay import Derivations, core_config
+    from dynosim.sizing import resolve_sizes
+
+    def timing(tp):
+        return {"model": "aic", "model_name": "Qwen/Qwen3-32B", "system": "h200_sxm", "tp": tp}
+
+    config = dynosim.SimConfig.model_validate(
+        {
+            "cluster": {"mode": "disaggregated"},
+            "engine": {"backend": "trtllm"},
+            "prefill": {
+                "engine": {"backend": "trtllm", "tensor_parallel_size": 2},
+                "timing": timing(2),
+            },
+            "decode": {"engine": {"backend": "trtllm"}, "timing": timing(1)},
+        }
+    )
+    memo = Derivations()
+    first, _ = core_config(config, memo)
+    assert len(memo.table_json) == 2  # one text per table
+    again, _ = core_config(config, memo)
+    whole, _ = aic_sections_to_tables(resolve_sizes(config).config.model_dump())
+    assert first == again == json.dumps(whole)

@@ -47,6 +47,8 @@ class Derivations:
 
     tables: dict[Any, Any] = field(default_factory=dict)
     sizes: SizeMemo = field(default_factory=dict)
+    #: Each timing table's JSON text, by the table file that holds it.
+    table_json: dict[str, str] = field(default_factory=dict)
 
 
 def core_config(config: SimConfig, memo: Derivations | None = None) -> tuple[str, dict[str, Any]]:
@@ -65,7 +67,25 @@ def core_config(config: SimConfig, memo: Derivations | None = None) -> tuple[str
     from dynosim.aic import aic_sections_to_tables
 
     resolved, notes["timing"] = aic_sections_to_tables(sized.config.model_dump(), memo=memo.tables)
-    return json.dumps(resolved), notes
+    return _dumps(resolved, notes["timing"], memo.table_json), notes
+
+
+def _dumps(document: dict[str, Any], priced: dict[str, Any], texts: dict[str, str]) -> str:
+    """``json.dumps(document)``, each of its timing tables (``priced``: their provenance by
+    dotted path) turned into text once per table: a table is most of the document (~0.8 MB,
+    70 ms to serialize) and a sweep's candidates share a few."""
+    marks = {}
+    for path, found in priced.items():
+        holder = document if path == "timing" else document[path.split(".")[0]]
+        key = found["tables"]
+        if key not in texts:
+            texts[key] = json.dumps(holder["timing"])
+        holder["timing"] = mark = f"\u0000dynosim table {path}\u0000"
+        marks[json.dumps(mark)] = texts[key]
+    text = json.dumps(document)
+    for mark, table in marks.items():
+        text = text.replace(mark, table, 1)
+    return text
 
 
 def core_config_json(config: SimConfig) -> str:

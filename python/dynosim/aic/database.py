@@ -102,6 +102,27 @@ def system_spec(system: str) -> dict[str, Any]:
     return spec
 
 
+def gpu_links_gbps(system: str) -> dict[str, float]:
+    """The links of one GPU of ``system`` in GB/s (1e9 B/s, one direction), from AIC's system
+    spec (``node.*_bw``): ``inter_node`` (its network link to other nodes, what KV moved from
+    a prefill to a decode worker crosses), ``intra_node`` (NVLink) and ``pcie`` (to host
+    memory, what a G1<->G2 offload crosses).
+
+    Raises:
+        ConfigError: AIC has no spec for the system, or the spec gives no such bandwidth.
+    """
+    node = system_spec(system).get("node", {})
+    out = {}
+    for name in ("inter_node", "intra_node", "pcie"):
+        value = node.get(f"{name}_bw")
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(
+                f"AIC's system {system!r} gives no node.{name}_bw (bytes/s), got {value!r}"
+            )
+        out[name] = float(value) / 1e9
+    return out
+
+
 def supported_tp(system: str, backend: str, backend_version: str) -> list[int]:
     """Tensor-parallel sizes AIC has all-reduce measurements for (plus 1, which needs none).
 
@@ -139,6 +160,7 @@ def is_moe(model_name: str) -> bool:
 
 __all__ = [
     "bundled_model_config",
+    "gpu_links_gbps",
     "is_moe",
     "supported_backends",
     "supported_models",

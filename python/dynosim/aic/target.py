@@ -3,6 +3,7 @@ everything its tables depend on: the cache key of those tables."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -109,10 +110,13 @@ def expert_split_problem(model_name: str, ep: int) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def resolve_aic_timing(spec: AicTiming, cache_dir: Path) -> AicTarget:
     """Check that AIC supports ``spec`` and resolve its backend version and what prices each
     family of operations; no engine is built. ``cache_dir`` holds the private systems folder
-    a version outside AIC's queryable ones needs.
+    a version outside AIC's queryable ones needs. Resolved once per process and section
+    (reading AIC's database takes a third of a second; a plan resolves the same few sections
+    for every candidate).
 
     Raises:
         MissingExtraError: AIConfigurator is not installed.

@@ -26,16 +26,19 @@ from dynosim.cli.rows import (
     add_search_arguments,
     rows_table,
     sla_from_args,
+    text_table,
     wide_console,
 )
-from dynosim.config import load_config
 from dynosim.deploy import RenderOptions
 from dynosim.errors import MissingExtraError
-from dynosim.plan import plan
+from dynosim.plan import PlanResult, plan
+from dynosim.plan.planner import SETTINGS
 from dynosim.views.pages import pareto_page
 
-#: The row columns a plan prints (the layout names the TP sizes).
-SHOWN = ("layout", "replicas", "prefill_workers", "decode_workers")
+#: The row columns a plan prints (the layout names the TP, DP and EP sizes).
+SHOWN = tuple(
+    s for s in SETTINGS if s not in ("tp", "prefill_tp", "decode_tp", "dp", "ep", "within_max_gpus")
+)
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -44,13 +47,18 @@ def add_parser(sub: Any, line: str) -> None:
         "plan",
         help=line,
         description="Search the layouts AIConfigurator's default mode considers (aggregated "
-        "TP x replicas; disaggregated prefill TP x decode TP x worker counts) within "
-        "--max-gpus, each timed with AIC, for the fewest GPUs meeting the SLA on TRACE (or "
-        "--synthetic traffic), by bisection over worker counts. Prints the ranked candidates, "
-        "writes DIR/pareto.csv, DIR/replays.csv, DIR/pareto.html (every replay on the Pareto "
-        "axes, with the plot extra), the pick's DIR/candidate.yaml and its DIR/k8s_deploy.yaml "
-        "(validated against it; dynosim validate checks it again). "
-        "Exits 1 when no candidate meets the SLA (the closest are shown). Needs "
+        "TP x replicas; disaggregated prefill TP x decode TP x worker counts, KV moved over "
+        "the system's links) within --max-gpus, each timed with AIC, with the engine settings "
+        "that decide feasibility (chunked prefill, the pass token budget, the batch cap), for "
+        "the fewest GPUs meeting the SLA on TRACE (or --synthetic traffic): the settings "
+        "pruned by the trace's longest prompt and concurrency and tried on its longest "
+        "requests first, worker counts by bisection. Prints how many replays ran against the "
+        "full grid, the ranked candidates and why the pick and the runner-up are where they "
+        "are (the constraint that binds and by how much), writes DIR/pareto.csv, "
+        "DIR/replays.csv, DIR/pareto.html (every replay on the Pareto axes, with the plot "
+        "extra), the pick's DIR/candidate.yaml and its DIR/k8s_deploy.yaml with the engine "
+        "settings simulated (validated against it; dynosim validate checks it again). Exits 1 "
+        "when no candidate meets the SLA (the closest are shown). Needs "
         "pip install 'dynosim[aic]'.",
     )
     add_workload_arguments(p)
@@ -79,7 +87,44 @@ def add_parser(sub: Any, line: str) -> None:
         default=["aggregated", "disaggregated"],
         help="serving modes",
     )
-    p.add_argument("--max-batch-size", type=int, nargs="+", help="batch caps (default: base's)")
+    e = p.add_argument_group("engine settings searched (default: a ladder around the engine's)")
+    e.add_argument(
+        "--chunked-prefill",
+        nargs="+",
+        choices=["on", "off"],
+        help="chunked prefill / chunked context (default: on and off where the engine has "
+        "the switch and AIC renders both: TensorRT-LLM; vLLM on; SGLang always chunks)",
+    )
+    e.add_argument(
+        "--token-budgets",
+        type=int,
+        nargs="+",
+        metavar="TOKENS",
+        help="pass token budgets (vLLM max_num_batched_tokens, TensorRT-LLM max_num_tokens, "
+        "SGLang chunked_prefill_size; default: 1/2, 1, 2 and 4 x the engine's)",
+    )
+    e.add_argument(
+        "--max-batch-size",
+        type=int,
+        nargs="+",
+        help="batch caps, max_num_seqs (default: 1/4, 1/2 and 1 x the base engine's)",
+    )
+    e.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="search every setting of the whole ladder (slow: the reference the pruned "
+        "search is tested against)",
+    )
+    k = p.add_argument_group("links and tiers")
+    k.add_argument(
+        "--kv-link-gbps",
+        type=float,
+        metavar="GBPS",
+        help="one GPU's link for KV moved from prefill to decode workers, GB/s (default: the "
+        "system's network link per GPU, from AIC's system spec); a rank's is its TP GPUs'",
+    )
+    k.add_argument("--g2-blocks", type=int, help="G2 (host memory) KV blocks per rank")
+    k.add_argument("--g3-blocks", type=int, help="G3 (disk) KV blocks per rank; needs G2")
     p.add_argument(
         "--config",
         type=Path,
@@ -99,6 +144,18 @@ def add_parser(sub: Any, line: str) -> None:
     )
 
 
+def _header(result: PlanResult, args: argparse.Namespace, source: str) -> str:
+    ladder = result.ladder
+    layouts = len(result.layouts)
+    return (
+        f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "
+        f"{result.sla.describe()}, at most {args.max_gpus} GPUs: {result.replays_run} replays "
+        f"and {result.probes} probes of the trace's longest requests, against a full grid of "
+        f"{result.grid_size:,} ({layouts} layouts x {ladder.full} engine settings x worker "
+        f"counts; {len(ladder.settings)} settings after pruning) in {result.wall_s:.1f} s"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
@@ -110,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     workload, source = workload_from_args(args, sample_when_missing=False)
     plot = can_plot(f"{args.output}/pareto.html")
     options = RenderOptions(dynamo_version=args.dynamo_version) if args.dynamo_version else None
+    chunked = None if args.chunked_prefill is None else [c == "on" for c in args.chunked_prefill]
     try:
         result = plan(
             workload,
@@ -123,11 +181,21 @@ def run(args: argparse.Namespace) -> int:
             tp=args.tp,
             dp=args.dp,
             ep=args.ep,
+            chunked_prefill=chunked,
+            token_budgets=args.token_budgets,
             max_batch_size=args.max_batch_size,
-            base=load_config(args.config),
+            prune=not args.no_prune,
+            kv_link_gbps=args.kv_link_gbps,
+            base=args.config,
+            offload={
+                k: v
+                for k, v in (("g2_blocks", args.g2_blocks), ("g3_blocks", args.g3_blocks))
+                if v is not None
+            },
             search=args.search,
             executor=args.executor,
             jobs=args.jobs,
+            address=args.address,
             progress=not args.no_progress,
             render=not args.no_render,
             render_options=options,
@@ -135,20 +203,28 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtraError as e:
         raise missing_extra_is_bad_input(e) from None
     make_dirs(out)
-    # Files of the output directory are created fresh: a link planted there is replaced.
-    write_atomic(out / "replays.csv", result.replays.csv_text(), fresh=True)
-    write_atomic(out / "pareto.csv", result.pareto.csv_text(), fresh=True)
+    # Files of the output directory are created fresh: a link planted there is replaced. No
+    # wall times in them: identical plans write identical bytes.
+    write_atomic(out / "replays.csv", result.replays.csv_text(wall=False), fresh=True)
+    write_atomic(out / "pareto.csv", result.pareto.csv_text(wall=False), fresh=True)
+    head, why = result.why_table()
     if plot:
         title = f"dynosim plan of {source}: {args.model} on {args.system}"
-        page = pareto_page(result.replays, result.pick, title, front=result.pareto.rows)
+        page = pareto_page(
+            result.replays,
+            result.pick,
+            title,
+            front=result.pareto.rows,
+            why=(head, why) if why else None,
+        )
         write_atomic(out / "pareto.html", page, fresh=True)
     console = wide_console()
-    console.print(
-        f"dynosim plan of {source}: {args.model} on {args.system} ({args.backend}), "
-        f"{result.sla.describe()}, at most {args.max_gpus} GPUs: {result.replays_run} replays "
-        f"(the full grid has {result.grid_size}) in {result.wall_s:.1f} s"
-    )
+    console.print(_header(result, args, source))
+    for note in result.ladder.pruned:
+        console.print(f"pruned by the trace: {note}")
     for lay in result.layouts:
+        for rejecting in lay.rejecting:
+            console.print(f"{lay.name}: {rejecting}; not replayed")
         if lay.error:
             print(f"dynosim: {lay.name}: not searched: {lay.error}", file=sys.stderr)
         elif lay.violations:
@@ -163,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
                 "no candidate meets the SLA; the closest:", result.closest(5), SHOWN, result.sla
             )
         )
+        if why:
+            console.print(text_table("why the closest miss (the constraint that binds)", head, why))
         return EXIT_FAILED
     console.print(
         rows_table(
@@ -172,8 +250,20 @@ def run(args: argparse.Namespace) -> int:
             result.sla,
         )
     )
+    console.print(text_table("why (the constraint that binds, and by how much)", head, why))
     pick = result.pick
-    console.print(f"pick: {pick['layout']}, {pick['gpus']} GPUs (candidate {pick['index']})")
+    settings = next(lay.settings for lay in result.layouts if lay.name == pick["layout"])
+    assert settings is not None  # the pick's layout has its setting
+    console.print(
+        f"pick: {pick['layout']}, {settings.describe(args.backend)}, {pick['gpus']} GPUs "
+        f"(candidate {pick['index']})"
+    )
+    if result.transfer is not None:
+        console.print(
+            f"KV transfer: {100 * result.transfer['share']:.1f}% of TTFT (mean "
+            f"{result.transfer['mean_ms']:,.1f} ms of a mean TTFT of "
+            f"{result.transfer['ttft_mean_ms']:,.1f} ms)"
+        )
     # The deployment as rendered (with the context length its manifest carries), for
     # dynosim render and dynosim validate --candidate.
     deployed = result.rendered.deployed if result.rendered is not None else result.candidate

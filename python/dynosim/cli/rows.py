@@ -37,6 +37,11 @@ def add_search_arguments(parser: Any) -> None:
         help="thread pool (default), process pool, or Ray tasks (pip install 'dynosim[ray]')",
     )
     e.add_argument("--jobs", type=int, help="parallel replays (default: the CPU count)")
+    e.add_argument(
+        "--address",
+        help="with --executor ray: an existing Ray cluster's address (ray start --head "
+        "prints it, e.g. 127.0.0.1:6379); default: start Ray locally",
+    )
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
@@ -109,9 +114,22 @@ def rows_table(
     return table
 
 
+def text_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> Any:
+    """A rich Table of text cells under ``head``."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in head:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 __all__ = [
     "add_search_arguments",
     "rows_table",
     "sla_from_args",
+    "text_table",
     "wide_console",
 ]

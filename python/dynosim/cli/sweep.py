@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             jobs=args.jobs,
             force_jobs=args.force_jobs,
+            address=args.address,
             progress=not args.no_progress,
             on_row=keep,
         )

@@ -33,6 +33,17 @@ MAX_CONTEXT_LENGTH = MAX_LENGTH - 1
 _MAX_PARALLEL = LIMITS["max_parallel"]
 
 
+#: A role's engine settings (the candidate's fields) as each backend's engine section names them.
+ENGINE_SETTINGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "chunked_prefill": "enable_chunked_prefill",
+        "max_num_tokens": "max_num_batched_tokens",
+    },
+    "trtllm": {"chunked_prefill": "enable_chunked_context", "max_num_tokens": "max_num_tokens"},
+    "sglang": {"chunk_size": "chunked_prefill_size", "max_num_tokens": "max_prefill_tokens"},
+}
+
+
 def block_size_problem(value: int) -> str | None:
     """Why ``value`` cannot be a deployment's KV block size (1 to the core's limit, and a power
     of two: vLLM, SGLang and TensorRT-LLM page their caches in power-of-two blocks), or None."""
@@ -55,7 +66,8 @@ def context_length_problem(value: int) -> str | None:
 
 class WorkerRole(StrictModel):
     """One worker role of a candidate (``aggregated``, or ``prefill`` / ``decode``): how many
-    workers, how each spans GPUs, and how many requests each runs at once."""
+    workers, how each spans GPUs, how many requests each runs at once, and how its engine
+    fills a pass (chunked prefill, token budget, SGLang's chunk size)."""
 
     _root = "role"
     replicas: int = Field(
@@ -84,6 +96,31 @@ class WorkerRole(StrictModel):
         strict=True,
         description="Most requests one worker runs at once (vLLM max-num-seqs, SGLang "
         "max-running-requests, TensorRT-LLM max_batch_size).",
+    )
+
+    chunked_prefill: bool | None = Field(
+        None,
+        strict=True,
+        description="Whether a prompt longer than the token budget left in a pass is split "
+        "over passes (vLLM enable-chunked-prefill, TensorRT-LLM enable_chunked_prefill, its "
+        "chunked context); SGLang always chunks, at chunk_size. None: the engine's default.",
+    )
+    max_num_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=LIMITS["max_batched_tokens"],
+        strict=True,
+        description="Tokens one pass may compute (vLLM max-num-batched-tokens, TensorRT-LLM "
+        "max_num_tokens, SGLang max-prefill-tokens). None: the engine's default.",
+    )
+    chunk_size: int | None = Field(
+        None,
+        ge=1,
+        le=LIMITS["max_batched_tokens"],
+        strict=True,
+        description="SGLang chunked-prefill-size: the most prompt tokens of one request in a "
+        "pass (vLLM and TensorRT-LLM chunk to the budget left instead). None: the engine's "
+        "default.",
     )
 
     @property
@@ -153,7 +190,20 @@ class Candidate(StrictModel):
         return self
 
     def _check_layout(self, role: str, spec: WorkerRole) -> None:
-        """A role's TP, DP and EP as its engine can run them."""
+        """A role's TP, DP and EP, and its engine settings, as its engine can run them."""
+        if self.backend == "sglang" and spec.chunked_prefill is False:
+            raise ConfigError(
+                f"candidate.{role}.chunked_prefill: SGLang's engine is simulated chunking "
+                "every prompt longer than chunk_size (chunked-prefill-size -1 is not "
+                "simulated); expected true or unset, got false"
+            )
+        if self.backend != "sglang" and spec.chunk_size is not None:
+            raise ConfigError(
+                f"candidate.{role}.chunk_size: an SGLang setting (chunked-prefill-size); "
+                f"{self.backend} chunks a prompt to the token budget left in a pass "
+                "(chunked_prefill, max_num_tokens); expected unset, got "
+                f"{spec.chunk_size}"
+            )
         tp, dp, ep = spec.tensor_parallel_size, spec.data_parallel_size, spec.expert_parallel_size
         if self.backend == "trtllm" and dp != 1:
             raise ConfigError(
@@ -200,8 +250,10 @@ class Candidate(StrictModel):
     def to_config(self, base: SimConfig | None = None) -> SimConfig:
         """The simulation of this candidate: ``base`` (default: all defaults) with the
         candidate's serving mode, worker counts and, per role, its engine limits and layout
-        (block size, max batch size as ``max_num_seqs``, TP, DP) and AIC timing of the
-        candidate's model, system and backend version at that layout (TP, DP, EP).
+        (block size, max batch size as ``max_num_seqs``, TP, DP, and the engine settings
+        given: chunked prefill, pass token budget, SGLang's chunk size, as
+        :data:`ENGINE_SETTINGS` names them) and AIC timing of the candidate's model, system
+        and backend version at that layout (TP, DP, EP).
 
         Each role gets its own engine and timing section in disaggregated mode, starting from
         the base's own section of that role when it has one, else from the shared one; other
@@ -228,6 +280,9 @@ class Candidate(StrictModel):
                 "tensor_parallel_size": spec.tensor_parallel_size,
                 "data_parallel_size": spec.data_parallel_size,
             }
+            for name, key in ENGINE_SETTINGS[self.backend].items():
+                if getattr(spec, name) is not None:
+                    engine[key] = getattr(spec, name)
             timing = self._timing(spec).model_dump()
             if role == "aggregated":
                 data["cluster"]["num_workers"] = spec.replicas
@@ -249,8 +304,10 @@ class Candidate(StrictModel):
         context_length: int | None = None,
     ) -> Candidate:
         """The candidate that deploys the cluster ``config`` simulates: per role its workers,
-        TP, DP, EP (its ``aic`` timing's; 1 under other timing) and ``max_num_seqs`` (as max
-        batch size), and the block size all roles share.
+        TP, DP, EP (its ``aic`` timing's; 1 under other timing), ``max_num_seqs`` (as max
+        batch size) and its engine settings as the replay used them (set or the flavour's
+        default: chunked prefill, pass token budget, SGLang's chunk size), and the block size
+        all roles share.
 
         ``model``, ``system`` and ``backend_version`` default to those of the roles' ``aic``
         timing (all roles must agree; a configuration timed otherwise must name them), and
@@ -304,6 +361,10 @@ class Candidate(StrictModel):
                 data_parallel_size=v.engine.data_parallel_size,
                 expert_parallel_size=v.timing.ep if isinstance(v.timing, AicTiming) else 1,
                 max_batch_size=v.engine.max_num_seqs,
+                **{
+                    field: v.engine.setting(key)
+                    for field, key in ENGINE_SETTINGS[v.engine.backend].items()
+                },
             )
             for name, v in view.roles.items()
         }

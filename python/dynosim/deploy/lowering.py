@@ -24,6 +24,9 @@ class LoweredWorkload:
     own; a trace's mean, rounded half up). ``context_length`` is the engine's per-request token
     limit (``max_seq_len``): the candidate's, else ``longest_request``. ``longest_prompt`` sizes
     TensorRT-LLM's KV transfer buffer. ``requests`` counts the workload's requests.
+    ``concurrency`` (given an SLA) is the most requests in flight at once were each to take
+    its SLA time: the TTFT limit plus (output - 1) x the TPOT limit from its arrival; a batch
+    cap (max_num_seqs) at or above it never binds while requests keep to the SLA.
     """
 
     kind: Literal["trace", "synthetic"]
@@ -33,6 +36,12 @@ class LoweredWorkload:
     longest_prompt: int
     longest_request: int
     requests: int
+    concurrency: int | None = None
+
+    def longest_prompt_blocks(self, block_size: int) -> int:
+        """The longest prompt rounded up to whole KV blocks of ``block_size`` tokens: the
+        smallest pass token budget (or transfer buffer) that takes every prompt whole."""
+        return -(-self.longest_prompt // block_size) * block_size
 
 
 def _as_workload(workload: Any) -> TraceWorkload | SyntheticWorkload:
@@ -57,9 +66,21 @@ def _mean_half_up(tokens: np.ndarray) -> int:
     return int(np.floor(tokens.mean() + 0.5))
 
 
+def _sla_concurrency(columns: Any, ttft_ms: float, tpot_ms: float) -> int:
+    arrival = columns.arrival_ms
+    end = arrival + ttft_ms + np.maximum(columns.output_length.astype(np.float64) - 1, 0) * tpot_ms
+    # Ends sort before starts at the same instant: a request done then is not in flight.
+    times = np.concatenate([end, arrival])
+    steps = np.concatenate([np.full(len(end), -1), np.ones(len(arrival), dtype=np.int64)])
+    order = np.lexsort((steps, times))
+    return int(np.cumsum(steps[order]).max())
+
+
 def lower_workload(
     workload: TraceWorkload | SyntheticWorkload | Mapping[str, Any],
     context_length: int | None = None,
+    *,
+    sla_ms: tuple[float, float] | None = None,
 ) -> LoweredWorkload:
     """Derive what AIC needs from a workload, exactly as given; the one place this happens.
 
@@ -75,6 +96,8 @@ def lower_workload(
     * ``context_length``: ``context_length`` if given, else the longest request's prompt plus
       output tokens, so the engine admits every request the simulation served.
     * ``longest_prompt``: the longest prompt, for buffers that must hold one prompt's KV.
+    * ``concurrency``: with ``sla_ms`` (the TTFT and TPOT limits, ms), the most requests in
+      flight at once were each to take its SLA time, from the rows' arrivals and outputs.
 
     A ``context_length`` shorter than the longest request raises
     :class:`~dynosim.errors.ConfigError`: the deployment would reject requests the simulation
@@ -90,6 +113,8 @@ def lower_workload(
         and isinstance(wl.osl, int)
         and wl.count is not None
     )
+    # The rows (generated once for synthetic traffic), unless fixed lengths say all.
+    cols = None if fixed and sla_ms is None else wl.columns()
     if fixed:
         isl, osl, requests = wl.isl, wl.osl, wl.count
         longest_prompt = wl.isl
@@ -97,7 +122,7 @@ def lower_workload(
     else:
         # Lengths drawn from distributions (or a duration) are lowered from the generated rows
         # like a trace's: the same statistics of real, not invented, lengths.
-        cols = wl.columns()
+        assert cols is not None
         prompts = cols.input_length.astype(np.int64)
         outputs = cols.output_length.astype(np.int64)
         totals = prompts + outputs  # int64: uint32 sums could wrap
@@ -110,6 +135,7 @@ def lower_workload(
             f"workload: the longest request, prompt plus output, is the deployment's context "
             f"length: {problem}"
         )
+    concurrency = None if cols is None or sla_ms is None else _sla_concurrency(cols, *sla_ms)
     if context_length is not None and context_length < longest:
         over = requests if fixed else int((totals > context_length).sum())
         raise ConfigError(
@@ -125,6 +151,7 @@ def lower_workload(
         longest_prompt=longest_prompt,
         longest_request=longest,
         requests=requests,
+        concurrency=concurrency,
     )
 
 

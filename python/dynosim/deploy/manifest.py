@@ -267,7 +267,8 @@ class _EngineArgs:
             else:
                 nxt = tokens[i + 1] if i + 1 < len(tokens) else None
                 name, value = token, None
-                if nxt is not None and not nxt[0].startswith("-"):
+                # A negative number is a value (SGLang's --chunked-prefill-size -1), not a flag.
+                if nxt is not None and (not nxt[0].startswith("-") or nxt[0][1:2].isdigit()):
                     value, where = nxt
             self.flags.append((name, value, where))
         mounts = {m.name: m.mountPath.rstrip("/") for m in container.volumeMounts or []}
@@ -322,6 +323,7 @@ _FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
         "block_size": ("--block-size",),
         "context_length": ("--max-model-len",),
         "max_batch_size": ("--max-num-seqs",),
+        "max_num_tokens": ("--max-num-batched-tokens",),
     },
     "sglang": {
         "tp": ("--tensor-parallel-size", "--tp-size", "--tp"),
@@ -331,6 +333,8 @@ _FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
         "block_size": ("--page-size",),
         "context_length": ("--context-length",),
         "max_batch_size": ("--max-running-requests",),
+        "max_num_tokens": ("--max-prefill-tokens",),
+        "chunk_size": ("--chunked-prefill-size",),
     },
     "trtllm": {
         "tp": ("--tensor-parallel-size",),
@@ -347,6 +351,7 @@ _TRTLLM_KEYS = {
     "block_size": "kv_cache_config.tokens_per_block",
     "context_length": "max_seq_len",
     "max_batch_size": "max_batch_size",
+    "max_num_tokens": "max_num_tokens",
 }
 _SETTING_NAMES = {
     "tp": "tensor parallel size",
@@ -356,6 +361,8 @@ _SETTING_NAMES = {
     "block_size": "block size",
     "context_length": "context length",
     "max_batch_size": "max batch size",
+    "max_num_tokens": "pass token budget",
+    "chunk_size": "chunk size",
 }
 _HUMAN_SUFFIX = {"k": 1000, "m": 1000**2, "g": 1000**3, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -698,6 +705,8 @@ class _Checker:
         }
         if cand.backend != "trtllm":  # TensorRT-LLM has no data parallel size of its own
             wanted["dp"] = (spec.data_parallel_size, f"{role}.data_parallel_size")
+        if spec.max_num_tokens is not None:  # None: left to the engine
+            wanted["max_num_tokens"] = (spec.max_num_tokens, f"{role}.max_num_tokens")
         if cand.backend == "vllm":
             self._vllm_expert_parallel(w, role, spec)
         else:
@@ -705,6 +714,72 @@ class _Checker:
         for key, (value, field) in wanted.items():
             self._engine_setting(w, key, value, field)
         self._prefix_caching(w)
+        if cand.backend == "sglang":
+            self._sglang_chunks(w, role, spec)
+        elif spec.chunked_prefill is not None:
+            self._chunked_prefill(w, role, spec.chunked_prefill)
+
+    def _chunked_prefill(self, w: _Worker, role: str, want: bool) -> None:
+        """Chunked prefill on or off as simulated: vLLM's flags (on unless
+        --no-enable-chunked-prefill: vLLM's default), TensorRT-LLM's engine config key
+        (off unless enable_chunked_prefill: true, TensorRT-LLM's default)."""
+        assert w.engine is not None
+        setting: _Setting | None
+        if w.backend == "vllm":
+            setting = w.engine.flag("--enable-chunked-prefill", "--no-enable-chunked-prefill")
+            on = setting is None or setting.name == "--enable-chunked-prefill"
+            default = "vLLM's default, on"
+        else:
+            if w.config is None or w.config[1] is None:
+                return  # no engine config in the manifest: reported by the structural checks
+            file, config, where = w.config
+            found, value = _nested(config, "enable_chunked_prefill")
+            setting = None
+            if found:
+                setting = _Setting(value, where, f"engine config {file}: enable_chunked_prefill")
+                if not isinstance(value, bool):
+                    self.add(where, f"{setting.name}: expected true or false, got {shown(value)}")
+                    return
+            on = bool(value)
+            default = "TensorRT-LLM's default, off"
+        if on == want:
+            return
+        states = ("off", "on") if want else ("on", "off")
+        if setting is None:
+            self.add(
+                f"{w.path}.extraPodSpec.mainContainer",
+                f"chunked prefill not set, so {default}; expected {states[1]} (candidate "
+                f"{role}.chunked_prefill, simulated {states[1]})",
+            )
+            return
+        self.add(
+            setting.path,
+            f"{setting.name} turns chunked prefill {states[0]}, but the candidate "
+            f"{role}.chunked_prefill is {states[1]} (simulated {states[1]})",
+        )
+
+    def _sglang_chunks(self, w: _Worker, role: str, spec: WorkerRole) -> None:
+        """SGLang's --chunked-prefill-size as simulated: the candidate's chunk size (-1 turns
+        chunking off, which the simulation never does)."""
+        if spec.chunk_size is None:
+            return
+        setting = w.setting("chunk_size")
+        if setting is None:
+            self.add(
+                f"{w.path}.extraPodSpec.mainContainer",
+                f"chunk size not set ({w.wanted('chunk_size')}); expected {spec.chunk_size} "
+                f"(candidate {role}.chunk_size)",
+            )
+            return
+        text = str(setting.value).strip()
+        if text.startswith("-") and text[1:].isdigit():
+            self.add(
+                setting.path,
+                f"{setting.name} {text} turns chunked prefill off, but the candidate was "
+                f"simulated chunking prompts at {spec.chunk_size} tokens ({role}.chunk_size)",
+            )
+            return
+        self._engine_setting(w, "chunk_size", spec.chunk_size, f"{role}.chunk_size")
 
     def _vllm_expert_parallel(self, w: _Worker, role: str, spec: WorkerRole) -> None:
         """vLLM splits experts over all of a worker's GPUs or not at all (a flag, no size)."""
@@ -839,7 +914,11 @@ def validate_manifest(
     (by service name), and per role its replicas, GPUs per worker (``"tp*pp*dp"``), tensor /
     pipeline / data / expert parallel sizes (vLLM: ``--enable-expert-parallel`` exactly when
     the experts are split), block size, context length (set, and equal to the
-    candidate's when it has one), max batch size, and prefix caching left on.
+    candidate's when it has one), max batch size, prefix caching left on, and the engine
+    settings the candidate gives: the pass token budget (vLLM ``--max-num-batched-tokens``,
+    TensorRT-LLM ``max_num_tokens``, SGLang ``--max-prefill-tokens``), chunked prefill on or
+    off (vLLM's flags, on by default; TensorRT-LLM's ``enable_chunked_prefill``, off by
+    default) and SGLang's ``--chunked-prefill-size`` (-1, chunking off, is an error).
     """
     cand = _as_candidate(candidate)
     docs, problems = _documents(_read(text_or_path))

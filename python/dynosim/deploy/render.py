@@ -7,8 +7,9 @@ unchanged, in a :class:`RenderedManifest`.
 Passthrough: the workload goes as it is to one lowering function,
 :func:`~dynosim.deploy.lower_workload`, which derives the lengths AIC needs from it and invents
 none. The engine limits the simulation assumed (context length, batch size, block size, prefix
-caching) are handed to AIC with ``preserve_engine_limits`` so AIC keeps them, instead of being
-patched into the manifest afterwards; the manifest itself is never edited.
+caching, chunked prefill, the pass token budget, SGLang's chunk size) are handed to AIC with
+``preserve_engine_limits`` so AIC keeps them, instead of being patched into the manifest
+afterwards; the manifest itself is never edited.
 """
 
 from __future__ import annotations
@@ -118,10 +119,49 @@ def _expert_splits(cand: Candidate) -> dict[str, dict[str, int]] | None:
     }
 
 
+def engine_settings_problem(backend: str, chunked_prefill: bool | None) -> str | None:
+    """Why AIC's generator cannot render a role's engine settings as simulated, or None.
+
+    AIC's vLLM templates emit no chunked-prefill flag (its ``enable_chunked_prefill``
+    parameter is dropped), so a vLLM worker runs vLLM's default, chunked prefill on; a vLLM
+    candidate with it off cannot be rendered.
+    """
+    if backend == "vllm" and chunked_prefill is False:
+        return (
+            f"AIC's generator {aic_version()} renders no chunked-prefill flag for vLLM, whose "
+            "workers then chunk prompts (vLLM's default); a vLLM candidate with chunked "
+            "prefill off cannot be rendered (use chunked_prefill true)"
+        )
+    return None
+
+
+def _engine_params(backend: str, spec: WorkerRole) -> dict[str, Any]:
+    """A role's engine settings as AIC's generator takes them (none when left to the engine).
+
+    TensorRT-LLM's engine config takes ``enable_chunked_prefill`` and ``max_num_tokens``;
+    vLLM's ``max_num_tokens`` becomes ``--max-num-batched-tokens``; SGLang's
+    ``max_prefill_tokens`` becomes ``--max-prefill-tokens``, and its chunk size goes under
+    the flag's own name (``chunked-prefill-size``), a worker parameter AIC passes to the
+    command line as it is: AIC's ``enable_chunked_prefill`` mapping for SGLang renders -1
+    (chunking off) whatever it is given.
+    """
+    out: dict[str, Any] = {}
+    if spec.max_num_tokens is not None:
+        out["max_prefill_tokens" if backend == "sglang" else "max_num_tokens"] = spec.max_num_tokens
+    if backend == "trtllm" and spec.chunked_prefill is not None:
+        out["enable_chunked_prefill"] = spec.chunked_prefill
+    if backend == "sglang" and spec.chunk_size is not None:
+        out["chunked-prefill-size"] = spec.chunk_size
+    return out
+
+
 def _role_params(
     cand: Candidate, role: str, spec: WorkerRole, lowered: LoweredWorkload
 ) -> dict[str, Any]:
+    if problem := engine_settings_problem(cand.backend, spec.chunked_prefill):
+        raise ConfigError(f"candidate.{role}.chunked_prefill: {problem}")
     params: dict[str, Any] = {
+        **_engine_params(cand.backend, spec),
         "tensor_parallel_size": spec.tensor_parallel_size,
         "pipeline_parallel_size": spec.pipeline_parallel_size,  # TensorRT-LLM needs it set
         "data_parallel_size": spec.data_parallel_size,
@@ -137,8 +177,9 @@ def _role_params(
         # With preserve_engine_limits AIC drops cache_transceiver_config unless this is set.
         # TensorRT-LLM advises a buffer of at least the longest prompt; AIC rounds its own
         # size up to whole KV blocks, and so does this.
-        blocks = -(-lowered.longest_prompt // cand.block_size)
-        params["cache_transceiver_max_tokens_in_buffer"] = blocks * cand.block_size
+        params["cache_transceiver_max_tokens_in_buffer"] = lowered.longest_prompt_blocks(
+            cand.block_size
+        )
     return params
 
 
@@ -228,4 +269,10 @@ def render_dgd(
     )
 
 
-__all__ = ["MANIFEST_ARTIFACT", "MAX_RENDER_GPUS", "RenderedManifest", "render_dgd"]
+__all__ = [
+    "MANIFEST_ARTIFACT",
+    "MAX_RENDER_GPUS",
+    "RenderedManifest",
+    "engine_settings_problem",
+    "render_dgd",
+]

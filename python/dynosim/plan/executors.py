@@ -97,8 +97,10 @@ class Runner:
 
     ``executor``: None or ``"threads"`` (a thread pool of ``jobs`` threads, default the CPU
     count), ``"processes"`` (a process pool, the workload shipped to each process once),
-    ``"ray"`` (Ray tasks, the workload put in Ray's object store once; Ray is started locally
-    unless already initialised), or a ``concurrent.futures.Executor`` (its own workers;
+    ``"ray"`` (Ray tasks, the workload put in Ray's object store once, so each node fetches
+    it once and each worker process prepares it once; Ray is started locally unless already
+    initialised, or joined at ``address``, an existing cluster's, as ``ray start --head``
+    prints it), or a ``concurrent.futures.Executor`` (its own workers;
     ``jobs`` must be None). Close it (or use it as a context manager) to stop a pool it owns
     and the replays still running in its threads (after Ctrl-C, say).
 
@@ -117,9 +119,15 @@ class Runner:
         tasks: int | None = None,
         force: bool = False,
         replay_bytes: int = 0,
+        address: str | None = None,
     ):
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
             raise ConfigError(f"jobs: expected a positive integer, got {shown(jobs)}")
+        if address is not None and executor != "ray":
+            raise ConfigError(
+                f"address: the Ray cluster to run on, for executor 'ray'; got executor "
+                f"{shown(executor)}"
+            )
         self.columns = columns
         self.token = uuid.uuid4().hex
         self._ray: Any = None
@@ -166,12 +174,19 @@ class Runner:
         else:
             ray = _dependencies.ray("executor='ray'")
             if not ray.is_initialized():
+                # A running cluster's (address), else one started here.
+                options = (
+                    {"num_cpus": jobs, "include_dashboard": False}
+                    if address is None
+                    else {"address": address}
+                )
                 try:
-                    ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+                    ray.init(log_to_driver=False, **options)
                 except Exception as e:  # Ray's many ways of failing to start, in its words
                     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    where = "did not start" if address is None else f"found no cluster at {address}"
                     raise DynosimError(
-                        f"executor 'ray': Ray did not start ({type(e).__name__}: {first[:300]})"
+                        f"executor 'ray': Ray {where} ({type(e).__name__}: {first[:300]})"
                     ) from None
             self._ray = ray
             self._ray_columns = ray.put(columns)

@@ -246,14 +246,16 @@ class SweepResult:
         pd = pandas("SweepResult.to_pandas", "pandas")
         return pd.DataFrame(self.to_numpy())
 
-    def csv_text(self) -> str:
-        """The rows as CSV: a header of :attr:`columns`, empty cells for NaN and missing
+    def csv_text(self, *, wall: bool = True) -> str:
+        """The rows as CSV: a header of :attr:`columns` (without ``wall_ms``, the one column
+        that depends on the machine, when ``wall`` is False), empty cells for NaN and missing
         values, settings that are mappings as JSON."""
+        columns = [c for c in self.columns if wall or c != WALL]
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.columns)
+        w.writerow(columns)
         for r in self.rows:
-            w.writerow([_csv_cell(r.get(c)) for c in self.columns])
+            w.writerow([_csv_cell(r.get(c)) for c in columns])
         return buf.getvalue()
 
     def jsonl_text(self) -> str:
@@ -263,10 +265,10 @@ class SweepResult:
             for r in self.rows
         )
 
-    def to_csv(self, path: str | os.PathLike[str]) -> Path:
+    def to_csv(self, path: str | os.PathLike[str], *, wall: bool = True) -> Path:
         """Write :meth:`csv_text` to ``path`` (through a temporary file renamed at the end, so
         an interrupted write leaves no partial file under that name)."""
-        return write_atomic(path, self.csv_text())
+        return write_atomic(path, self.csv_text(wall=wall))
 
     def __repr__(self) -> str:
         met = sum(1 for r in self.rows if r["sla_met"])

@@ -60,11 +60,8 @@ class Sla(StrictModel):
     def ratio(self, summary: Mapping[str, Any]) -> float:
         """The worst limited statistic over its limit (<= 1: the latency limits hold; 0 with no
         limit set). Ranks candidates that miss the SLA by how close they came."""
-        worst = 0.0
-        for metric, value in self.values(summary).items():
-            if not math.isnan(value):
-                worst = max(worst, value / self.limits()[metric][1])
-        return worst
+        limits = {metric: limit for metric, (_, limit) in self.limits().items()}
+        return max(over_limits(self.values(summary), limits).values(), default=0.0)
 
     def violations(self, summary: Mapping[str, Any]) -> list[str]:
         """Why a replay's summary misses the SLA, one phrase per broken rule ([]: it meets it)."""
@@ -88,8 +85,14 @@ class Sla(StrictModel):
         return ", ".join(parts) if parts else "no latency limit"
 
 
+def over_limits(values: Mapping[str, float], limits: Mapping[str, float]) -> dict[str, float]:
+    """Each limited statistic (ms) over its limit (ms), by metric name; a NaN statistic (no
+    request has one) is left out, as it violates nothing."""
+    return {m: v / limits[m] for m, v in values.items() if not math.isnan(v)}
+
+
 def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-__all__ = ["Sla", "Stat"]
+__all__ = ["Sla", "Stat", "over_limits"]

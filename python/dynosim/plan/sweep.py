@@ -154,6 +154,7 @@ def sweep(
     executor: Any = None,
     jobs: int | None = None,
     force_jobs: bool = False,
+    address: str | None = None,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> SweepResult:
@@ -176,6 +177,8 @@ def sweep(
             are also refused, before anything runs, when that many replays of the workload
             would not fit in the memory available (each estimated by the core for its
             candidate); ``force_jobs`` runs them anyway.
+        address: with ``executor="ray"``, an existing Ray cluster's address (``ray start
+            --head`` prints it); None starts Ray locally unless it is running.
         progress: show a progress bar (done / total, ETA) on stderr.
         on_row: called with each row as its replay finishes (in finishing order).
 
@@ -204,7 +207,13 @@ def sweep(
     )
     rows: list[dict[str, Any]] = []
     runner = Runner(
-        columns, executor, jobs, tasks=len(space), force=force_jobs, replay_bytes=largest
+        columns,
+        executor,
+        jobs,
+        tasks=len(space),
+        force=force_jobs,
+        replay_bytes=largest,
+        address=address,
     )
     with (
         runner,

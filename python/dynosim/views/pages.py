@@ -329,11 +329,13 @@ def pareto_page(
     title: str,
     path: str | os.PathLike[str] | None = None,
     front: Sequence[Mapping[str, Any]] | None = None,
+    why: tuple[Sequence[str], Sequence[Sequence[str]]] | None = None,
 ) -> str:
     """The HTML page of a sweep's or plan's candidates (a SweepResult): tokens/s/GPU against
     tokens/s/user, aggregated and disaggregated apart, the SLA-feasible side, the front
-    (``front``, or the result's own Pareto front) and the pick; then the pick, the front and
-    every replayed candidate as tables leading with GPUs, the SLA's statistics and its
+    (``front``, or the result's own Pareto front) and the pick; then the pick, why (``why``:
+    a header and rows of text, a plan's constraints of the pick and the runner-up), the front
+    and every replayed candidate as tables leading with GPUs, the SLA's statistics and its
     verdict, and the candidates that failed with their errors."""
     rows = result.rows
     front = result.pareto().rows if front is None else list(front)
@@ -371,6 +373,11 @@ def pareto_page(
     sections = [
         ("Pareto front", _figure(figures.pareto(rows, front, pick, floor), "pareto", caption)),
         ("Pick", chosen),
+        *(
+            [("Why (the constraint that binds, and by how much)", plain(why[1], why[0]))]
+            if why
+            else []
+        ),
         ("Front", _candidates(front, result.settings, sla) if front else "<p>Empty.</p>"),
         ("Every replayed candidate", _candidates(replayed, result.settings, sla) + not_replayed),
     ]

@@ -136,7 +136,8 @@ impl BlockIds {
                         BlockId::MAX - first_id
                     )));
                 }
-                ids.extend((lo..hi.min(full)).map(|k| first + (k - lo) as BlockId));
+                // A plain range of identities: it extends as one vectorised fill.
+                ids.extend(first..first + (hi.min(full) - lo) as BlockId);
                 parent = node;
                 j += 1;
             }

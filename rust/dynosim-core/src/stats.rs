@@ -40,7 +40,8 @@ impl WeightedSamples {
         for &(v, c) in &self.runs {
             bins.add(v, c);
         }
-        bins.finish()
+        let max = self.runs.iter().fold(f64::NEG_INFINITY, |m, r| m.max(r.0));
+        bins.finish(max)
     }
 
     /// The distribution and the CDF together, the CDF's bins filled in the distribution's
@@ -48,7 +49,9 @@ impl WeightedSamples {
     pub fn summarise(&self) -> (Distribution, Cdf) {
         let mut bins = CdfBins::default();
         let d = Distribution::from_runs(&self.runs, Some(&mut bins));
-        (d, bins.finish())
+        // The distribution's maximum is the CDF's: the bins need not track it run by run.
+        let max = d.max.unwrap_or(f64::NEG_INFINITY);
+        (d, bins.finish(max))
     }
 }
 
@@ -76,7 +79,6 @@ struct CdfBins {
     bins: Vec<u64>,
     zero: u64,
     total: u64,
-    max: f64,
 }
 
 impl Default for CdfBins {
@@ -85,7 +87,6 @@ impl Default for CdfBins {
             bins: vec![0; 1 << (63 - CDF_SHIFT)],
             zero: 0,
             total: 0,
-            max: f64::NEG_INFINITY,
         }
     }
 }
@@ -99,10 +100,10 @@ impl CdfBins {
             self.zero += c;
         }
         self.total += c;
-        self.max = self.max.max(v);
     }
 
-    fn finish(self) -> Cdf {
+    /// The CDF of the samples added, whose maximum is `max` (it caps the last edge).
+    fn finish(self, max: f64) -> Cdf {
         let mut cdf = Cdf::default();
         let total = self.total as f64;
         let mut seen = self.zero;
@@ -114,7 +115,7 @@ impl CdfBins {
             if count > 0 {
                 seen += count;
                 let edge = f64::from_bits((k as u64 + 1) << CDF_SHIFT);
-                cdf.ms.push(edge.min(self.max));
+                cdf.ms.push(edge.min(max));
                 cdf.share.push(seen as f64 / total);
             }
         }

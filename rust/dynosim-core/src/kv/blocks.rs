@@ -6,7 +6,7 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
-use super::slot_index::SlotIndex;
+use super::slot_index::{SlotIndex, Slots, WithForm};
 use crate::block_ids::BlockId;
 
 /// The identity of a spare slot (identities are below `BlockId::MAX`).
@@ -120,6 +120,7 @@ impl KvCache {
             let index = if self.inactive == self.capacity {
                 // The evicted block's slot takes the new one.
                 let slot = self.pop_lru();
+                self.evictions += 1;
                 self.slots[slot as usize].id = id;
                 self.slot_of.insert(id, slot);
                 slot
@@ -217,22 +218,37 @@ impl KvCache {
     /// stays private).
     #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        if self.find(id).is_some() {
-            return None;
-        }
-        Some(self.name_slot(id, 1))
+        register_in(&mut self.slot_of, &mut self.slots, &mut self.spare, id)
     }
 
     /// `register` each of `ids` in turn, appending the slots named to `slots`; returns how
-    /// many were named (the others stay private).
+    /// many were named (the others stay private). The index's form is matched once for all
+    /// of them, not twice a block.
     pub fn register_all(&mut self, ids: &[BlockId], slots: &mut Vec<u32>) -> u32 {
-        let before = slots.len();
-        slots.reserve(ids.len());
-        for &id in ids {
-            if let Some(slot) = self.register(id) {
-                slots.push(slot);
+        struct Register<'a> {
+            slots: &'a mut Vec<Slot>,
+            spare: &'a mut Vec<u32>,
+            ids: &'a [BlockId],
+            out: &'a mut Vec<u32>,
+        }
+        impl WithForm for Register<'_> {
+            type Output = ();
+            fn run<S: Slots>(self, index: &mut S) {
+                for &id in self.ids {
+                    if let Some(slot) = register_in(index, self.slots, self.spare, id) {
+                        self.out.push(slot);
+                    }
+                }
             }
         }
+        let before = slots.len();
+        slots.reserve(ids.len());
+        self.slot_of.with_form(Register {
+            slots: &mut self.slots,
+            spare: &mut self.spare,
+            ids,
+            out: slots,
+        });
         (slots.len() - before) as u32
     }
 
@@ -240,100 +256,115 @@ impl KvCache {
     /// Later blocks become least recent first, so eviction trims prefixes from their tail.
     pub fn release(&mut self, slots: &[u32], private: u32) {
         self.active -= private;
+        // The queue is tidied once for the whole release, not once per block: tidying drops
+        // stale entries only, so when it runs never changes the order of the live ones.
+        self.tidy_lru();
         for &slot in slots.iter().rev() {
             let s = &mut self.slots[slot as usize];
             s.refcount -= 1;
             if s.refcount == 0 {
                 self.active -= 1;
                 self.inactive += 1;
-                self.push_back(slot);
+                self.lru.push((slot, s.stamp));
             }
         }
     }
 
-    /// Evict the `n` least recently used inactive blocks.
+    /// Evict the `n` least recently used inactive blocks, the index's form matched once for
+    /// all of them.
     fn evict(&mut self, n: u32) {
-        for _ in 0..n {
-            let slot = self.pop_lru();
-            self.slots[slot as usize].id = NO_ID;
-            self.spare.push(slot);
+        struct Evict<'a> {
+            lru: Lru<'a>,
+            spare: &'a mut Vec<u32>,
+            n: u32,
         }
+        impl WithForm for Evict<'_> {
+            type Output = ();
+            fn run<S: Slots>(mut self, index: &mut S) {
+                for _ in 0..self.n {
+                    let slot = self.lru.pop(index);
+                    self.lru.slots[slot as usize].id = NO_ID;
+                    self.spare.push(slot);
+                }
+            }
+        }
+        self.spare.reserve(n as usize);
+        let lru = Lru {
+            queue: &self.lru,
+            head: &mut self.lru_head,
+            slots: &mut self.slots,
+            evicted: self.record_evicted.then_some(&mut self.evicted),
+        };
+        self.slot_of.with_form(Evict {
+            lru,
+            spare: &mut self.spare,
+            n,
+        });
         self.inactive -= n;
+        self.evictions += u64::from(n);
     }
 
     /// Evict the least recently used inactive block and return its slot, now nameless; the
-    /// caller reuses or spares the slot and counts the block out of `inactive`.
+    /// caller reuses or spares the slot and counts the block out of `inactive` and into
+    /// `evictions`.
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
-        let slot = loop {
-            let (slot, stamp) = self.lru[self.lru_head];
-            self.lru_head += 1;
-            if self.slots[slot as usize].stamp == stamp {
-                break slot;
-            }
-        };
-        let id = self.slots[slot as usize].id;
-        debug_assert_eq!(self.find(id), Some(slot));
-        self.slot_of.forget(id);
-        self.evictions += 1;
-        if self.record_evicted {
-            self.evicted.push(id);
+        Lru {
+            queue: &self.lru,
+            head: &mut self.lru_head,
+            slots: &mut self.slots,
+            evicted: self.record_evicted.then_some(&mut self.evicted),
         }
-        slot
+        .pop(&mut self.slot_of)
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
     #[inline(always)]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
-        let index = match self.spare.pop() {
-            Some(i) => {
-                let slot = &mut self.slots[i as usize];
-                (slot.id, slot.refcount) = (id, refcount);
-                i
-            }
-            None => {
-                self.slots.push(Slot {
-                    id,
-                    refcount,
-                    stamp: 0,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.slot_of.insert(id, index);
-        index
+        name_in(
+            &mut self.slot_of,
+            &mut self.slots,
+            &mut self.spare,
+            id,
+            refcount,
+        )
     }
 
-    /// The slot holding `id`, if cached: a dense index may name the slot `id` last had, so
-    /// the slot's identity is checked.
     #[inline]
     fn find(&self, id: BlockId) -> Option<u32> {
-        self.slot_of
-            .get(id)
-            .filter(|&slot| self.slots[slot as usize].id == id)
+        find_in(&self.slot_of, &self.slots, id)
     }
 
     /// Make inactive `slot` the most recently used.
     #[inline(always)]
     fn push_back(&mut self, slot: u32) {
+        self.tidy_lru();
+        self.lru.push((slot, self.slots[slot as usize].stamp));
+    }
+
+    /// Drop the LRU queue's stale entries once they outnumber the live ones (plus a slack),
+    /// or move it to the front once mostly popped, before entries are pushed.
+    #[inline(always)]
+    fn tidy_lru(&mut self) {
         let queued = self.lru.len() - self.lru_head;
         // Stale entries allowed past the live ones: a quarter of the capacity, so a cache whose
         // blocks are mostly held (few live entries) does not compact every few releases.
         let slack = LRU_SLACK.max(self.capacity as usize / 4);
         if queued >= 2 * self.inactive as usize + slack {
             self.compact_lru();
-        } else if self.lru_head >= queued + LRU_SLACK {
-            // Mostly popped: move the queue to the front, no stamp read.
+        } else if self.lru_head >= 4 * queued + slack {
+            // Mostly popped: move the queue to the front, no stamp read (each entry moved
+            // after four or more were popped).
             self.lru.drain(..self.lru_head);
             self.lru_head = 0;
         }
-        self.lru.push((slot, self.slots[slot as usize].stamp));
     }
 
     /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
     /// when at most about half the queued entries are live, so each stale entry is read about
-    /// once; fewer than 1.25 x capacity + `LRU_SLACK` stale entries pile up between runs, each bump
-    /// of a stamp making one, so no stamp wraps onto a stale entry.
+    /// once; a few times the capacity of stale entries at most pile up between runs (a release
+    /// checks once, then pushes up to a capacity of entries), each bump of a stamp making one,
+    /// so no stamp wraps onto a stale entry.
     #[cold]
     #[inline(never)]
     fn compact_lru(&mut self) {
@@ -361,6 +392,85 @@ impl KvCache {
         let s = &mut self.slots[slot as usize];
         s.stamp = s.stamp.wrapping_add(1);
     }
+}
+
+/// The parts of a [`KvCache`] an eviction reads and writes besides its index.
+struct Lru<'a> {
+    queue: &'a [(u32, u32)],
+    head: &'a mut usize,
+    slots: &'a mut [Slot],
+    /// Where evicted identities are kept, when they are.
+    evicted: Option<&'a mut Vec<BlockId>>,
+}
+
+impl Lru<'_> {
+    /// [`KvCache::pop_lru`] on one form of the index.
+    #[inline(always)]
+    fn pop(&mut self, index: &mut impl Slots) -> u32 {
+        let slot = loop {
+            let (slot, stamp) = self.queue[*self.head];
+            *self.head += 1;
+            if self.slots[slot as usize].stamp == stamp {
+                break slot;
+            }
+        };
+        let id = self.slots[slot as usize].id;
+        debug_assert_eq!(find_in(index, self.slots, id), Some(slot));
+        index.forget(id);
+        if let Some(evicted) = self.evicted.as_deref_mut() {
+            evicted.push(id);
+        }
+        slot
+    }
+}
+
+/// The slot holding `id` by `index`, if cached: a dense index may name the slot `id` last
+/// had, so the slot's identity is checked.
+#[inline(always)]
+fn find_in(index: &impl Slots, slots: &[Slot], id: BlockId) -> Option<u32> {
+    index.get(id).filter(|&slot| slots[slot as usize].id == id)
+}
+
+/// A slot (a spare one if any) holding the absent identity `id`, findable by it in `index`.
+#[inline(always)]
+fn name_in(
+    index: &mut impl Slots,
+    slots: &mut Vec<Slot>,
+    spare: &mut Vec<u32>,
+    id: BlockId,
+    refcount: u32,
+) -> u32 {
+    let named = match spare.pop() {
+        Some(i) => {
+            let slot = &mut slots[i as usize];
+            (slot.id, slot.refcount) = (id, refcount);
+            i
+        }
+        None => {
+            slots.push(Slot {
+                id,
+                refcount,
+                stamp: 0,
+            });
+            (slots.len() - 1) as u32
+        }
+    };
+    index.insert(id, named);
+    named
+}
+
+/// [`KvCache::register`] on one form of the index.
+#[inline(always)]
+fn register_in(
+    index: &mut impl Slots,
+    slots: &mut Vec<Slot>,
+    spare: &mut Vec<u32>,
+    id: BlockId,
+) -> Option<u32> {
+    if find_in(index, slots, id).is_some() {
+        return None;
+    }
+    Some(name_in(index, slots, spare, id, 1))
 }
 
 #[cfg(test)]
@@ -482,7 +592,11 @@ mod tests {
         for round in 0..12u32 {
             // Five new blocks a round: from the fourth round on, each evicts the oldest.
             let ids: Vec<BlockId> = (round * 5..round * 5 + 5).collect();
-            let a = fill(&mut hashed, &ids);
+            // The hashed cache names the blocks in one `register_all` (its index's form
+            // matched once), the dense one block by block.
+            hashed.allocate(ids.len() as u32);
+            let mut a = Vec::new();
+            assert_eq!(hashed.register_all(&ids, &mut a), 5);
             let b = fill(&mut dense, &ids);
             assert_eq!(a, b);
             hashed.release(&a, 0);

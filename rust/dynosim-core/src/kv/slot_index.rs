@@ -52,7 +52,99 @@ pub fn index_bytes(capacity: u32, ids: u64, held: u64) -> u64 {
     }
 }
 
+/// Reading and naming slots in one form of the index: a loop over many blocks matches the
+/// form once ([`SlotIndex::with_form`]) and runs on it directly.
+pub trait Slots {
+    /// The slot of `id`, if held (a dense form may give a stale one: see [`SlotIndex::get`]).
+    fn get(&self, id: BlockId) -> Option<u32>;
+    /// Map `id` to `slot`.
+    fn insert(&mut self, id: BlockId, slot: u32);
+    /// `id` left its slot (see [`SlotIndex::forget`]).
+    fn forget(&mut self, id: BlockId);
+}
+
+impl Slots for Vec<u16> {
+    #[inline(always)]
+    fn get(&self, id: BlockId) -> Option<u32> {
+        u32::from(self[id as usize]).checked_sub(1)
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, id: BlockId, slot: u32) {
+        // Slots are below the capacity, below u16::MAX - 1 here.
+        self[id as usize] = (slot + 1) as u16;
+    }
+
+    #[inline(always)]
+    fn forget(&mut self, _: BlockId) {}
+}
+
+impl Slots for Vec<u32> {
+    #[inline(always)]
+    fn get(&self, id: BlockId) -> Option<u32> {
+        self[id as usize].checked_sub(1)
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, id: BlockId, slot: u32) {
+        self[id as usize] = slot + 1;
+    }
+
+    #[inline(always)]
+    fn forget(&mut self, _: BlockId) {}
+}
+
+impl Slots for HashedSlots {
+    #[inline(always)]
+    fn get(&self, id: BlockId) -> Option<u32> {
+        HashedSlots::get(self, id)
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, id: BlockId, slot: u32) {
+        HashedSlots::insert(self, id, slot)
+    }
+
+    #[inline(always)]
+    fn forget(&mut self, id: BlockId) {
+        self.remove(id)
+    }
+}
+
+impl Slots for SlotIndex {
+    #[inline(always)]
+    fn get(&self, id: BlockId) -> Option<u32> {
+        SlotIndex::get(self, id)
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, id: BlockId, slot: u32) {
+        SlotIndex::insert(self, id, slot)
+    }
+
+    #[inline(always)]
+    fn forget(&mut self, id: BlockId) {
+        SlotIndex::forget(self, id)
+    }
+}
+
+/// A function run on whichever form a [`SlotIndex`] takes.
+pub trait WithForm {
+    type Output;
+    fn run<S: Slots>(self, slots: &mut S) -> Self::Output;
+}
+
 impl SlotIndex {
+    /// Run `f` on this index's form, matched once.
+    #[inline(always)]
+    pub fn with_form<F: WithForm>(&mut self, f: F) -> F::Output {
+        match self {
+            SlotIndex::Narrow(v) => f.run(v),
+            SlotIndex::Wide(v) => f.run(v),
+            SlotIndex::Hashed(h) => f.run(h),
+        }
+    }
+
     /// The index of a cache of `capacity` blocks over identities below `ids`.
     pub fn new(capacity: u32, ids: BlockId) -> Self {
         match dense_entry_bytes(capacity, u64::from(ids)) {
@@ -67,8 +159,8 @@ impl SlotIndex {
     #[inline(always)]
     pub fn get(&self, id: BlockId) -> Option<u32> {
         match self {
-            SlotIndex::Narrow(v) => u32::from(v[id as usize]).checked_sub(1),
-            SlotIndex::Wide(v) => v[id as usize].checked_sub(1),
+            SlotIndex::Narrow(v) => v.get(id),
+            SlotIndex::Wide(v) => v.get(id),
             SlotIndex::Hashed(h) => h.get(id),
         }
     }
@@ -77,9 +169,8 @@ impl SlotIndex {
     #[inline(always)]
     pub fn insert(&mut self, id: BlockId, slot: u32) {
         match self {
-            // Slots are below the capacity, below u16::MAX - 1 here.
-            SlotIndex::Narrow(v) => v[id as usize] = (slot + 1) as u16,
-            SlotIndex::Wide(v) => v[id as usize] = slot + 1,
+            SlotIndex::Narrow(v) => Slots::insert(v, id, slot),
+            SlotIndex::Wide(v) => Slots::insert(v, id, slot),
             SlotIndex::Hashed(h) => h.insert(id, slot),
         }
     }

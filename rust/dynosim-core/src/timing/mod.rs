@@ -237,7 +237,9 @@ impl Ops {
     }
 
     /// One pass: the non-attention operators over the tokens it runs (the MoE layers of a
-    /// grouped pass over the group's), plus its attention.
+    /// grouped pass over the group's), plus its attention. Out of line, so the other models'
+    /// price inlines into the decode loop.
+    #[inline(never)]
     fn pass_ms(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> f64 {
         let t = self.tokens(shape, lockstep);
         if t.own == 0.0 {
@@ -376,7 +378,7 @@ impl StepTimer {
     /// [`StepTimer::pass_ms`] of one rank of a data-parallel group passing in `lockstep`
     /// (operator tables price the tokens the group makes it compute; the other models price
     /// the rank's own pass).
-    #[inline]
+    #[inline(always)]
     pub fn pass_ms_in(&self, shape: &PassShape, lockstep: Option<&Lockstep>) -> f64 {
         if let Model::Ops(ops) = &self.model {
             return ops.pass_ms(shape, lockstep);

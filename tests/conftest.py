@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,3 +135,60 @@ def peer_config(data: dict | None = None):
         if engine.get("backend", "vllm") == "vllm":
             engine.update({k: v for k, v in PEER_VLLM.items() if k not in engine})
     return dynosim.load_config(data)
+
+
+@pytest.fixture(scope="session")
+def progress(pytestconfig: pytest.Config) -> Callable[[str], None]:
+    """A function that prints a line on the terminal at once, past pytest's output capture:
+    for a fixture that works for minutes (building AISimulate's replay), so the run does not
+    look hung."""
+
+    def say(line: str) -> None:
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None:
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"dynosim tests: {line}")
+
+    return say
+
+
+@contextmanager
+def ticking(say: Callable[[str], None], what: str, every_s: float = 60.0) -> Iterator[None]:
+    """While the block runs, ``say`` a line every ``every_s`` seconds that ``what`` is still
+    going, with the minutes so far (nothing when it ends sooner: a binary found built)."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            say(f"{what}: still going after {(time.monotonic() - start) / 60.0:.1f} min")
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+#: Skips a run should say aloud whatever the -r flags: they leave a part of the suite untried.
+_TOLD_SKIPS = {
+    "real trace": "real-trace tests skipped (set $DYNOSIM_TRACES to the traces' folder)",
+    "chromium": "browser tests skipped (headless Chromium not installed)",
+}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the real-trace and browser tests that were skipped, with how to run them."""
+    counts = dict.fromkeys(_TOLD_SKIPS, 0)
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        for key in _TOLD_SKIPS:
+            if key in reason:
+                counts[key] += 1
+    for key, count in counts.items():
+        if count:
+            terminalreporter.write_line(f"dynosim tests: {count} {_TOLD_SKIPS[key]}", yellow=True)

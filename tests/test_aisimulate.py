@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TRACES, peer_config
+from conftest import TRACES, peer_config, ticking
 
 import dynosim
 from dynosim.bench import build_config
@@ -562,9 +562,10 @@ needs_aisimulate = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def aisim_bin() -> Path:
+def aisim_bin(progress) -> Path:
     """The built binary (a clean build takes about 10 minutes on 2 cores; CI builds it first)."""
-    return binary.aisimulate_binary()
+    with ticking(progress, "building AISimulate's replay"):
+        return binary.aisimulate_binary(announce=progress)
 
 
 @needs_aisimulate
@@ -826,12 +827,13 @@ def test_at_5_gbps_shared_links_queue_where_aisimulate_does_not(head_to_head, co
 
 
 @pytest.fixture(scope="module")
-def dev_bin() -> Path:
+def dev_bin(progress) -> Path:
     """The binary built on the development release (built here whatever $DYNOSIM_AISIM_BIN
     says: that names one release's binary)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(binary.BINARY_ENV, raising=False)
-        return binary.aisimulate_binary(DEV)
+        with ticking(progress, "building AISimulate's development replay"):
+            return binary.aisimulate_binary(DEV, announce=progress)
 
 
 def run_dev(dev_bin: Path, trace: Path, config: dynosim.SimConfig, tmp_path: Path) -> tuple:

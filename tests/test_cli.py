@@ -103,7 +103,9 @@ def test_bad_flags_exit_with_a_message(capsys):
     assert main(["replay", "--timing", "fixed", "--prefill-ms", "3"]) == EXIT_BAD_INPUT
     assert "--timing fixed needs --decode-ms" in capsys.readouterr().err
     assert main(["replay", "--block-size", "0"]) == EXIT_BAD_INPUT
-    assert "engine.block_size: must be between 1 and 65,536, got 0" in capsys.readouterr().err
+    assert "--block-size 0 (engine.block_size): must be between 1 and 65,536, got 0" in (
+        capsys.readouterr().err
+    )
 
 
 def test_schema_command(capsys):

@@ -89,8 +89,8 @@ def test_moe_layout_from_the_command_line(cache):
         (["--model", "Qwen/Qwen3-32B", "--backend-version", "0.18.0"], "--backend-version"),
         (
             ["--model", "Qwen/Qwen3-32B", "--gpu-memory-utilization", "1.5"],
-            "engine.gpu_memory_utilization: must be in (0, 1] (a share of the GPU's memory), "
-            "got 1.5",
+            "--gpu-memory-utilization 1.5 (engine.gpu_memory_utilization): must be in (0, 1] "
+            "(a share of the GPU's memory), got 1.5",
         ),
     ],
 )

@@ -102,7 +102,10 @@ def test_limits_are_the_cores(capsys):
     settings["engine"]["data_parallel_size"] = 2
     assert dynosim.config.resolve(SimConfig.model_validate(settings)).num_gpus == 131_072
     err = cli_error(["replay", "--no-progress", "--num-gpu-blocks", "4000000000"], capsys)
-    assert err == "engine.num_gpu_blocks: must be between 1 and 1,000,000,000, got 4000000000"
+    assert err == (
+        "--num-gpu-blocks 4000000000 (engine.num_gpu_blocks): must be between 1 and "
+        "1,000,000,000, got 4000000000"
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,7 +183,10 @@ def test_a_space_past_its_size_is_refused_before_listing_it():
 def test_an_infinite_kv_size_is_refused_naming_the_setting(flags, capsys):
     argv = ["replay", "--no-progress", "--kv-bytes-per-token", "1e308", *flags]
     err = cli_error(argv, capsys)
-    assert err == "kv_transfer.kv_bytes_per_token: must be at most 1e9, got 1e308"
+    assert err == (
+        "--kv-bytes-per-token 1e+308 (kv_transfer.kv_bytes_per_token): must be at most 1e9, "
+        "got 1e308"
+    )
 
 
 @pytest.mark.parametrize(
@@ -394,27 +400,27 @@ def test_bench_compare_in_disaggregated_mode_without_a_bandwidth_runs_instant_tr
     [
         (
             ["--workers", "-1"],
-            "cluster.num_workers: invalid value: integer `-1`, expected an integer from 0 to "
-            "4294967295",
+            "--workers -1 (cluster.num_workers): invalid value: integer `-1`, expected an "
+            "integer from 0 to 4294967295",
         ),
         (
             ["--max-num-seqs", "-1"],
-            "engine.max_num_seqs: invalid value: integer `-1`, expected an integer from 0 to "
-            "4294967295",
+            "--max-num-seqs -1 (engine.max_num_seqs): invalid value: integer `-1`, expected an "
+            "integer from 0 to 4294967295",
         ),
         (
             ["--g2-blocks", "-5", "--kv-bytes-per-token", "2"],
-            "offload.g2_blocks: invalid value: integer `-5`, expected an integer from 0 to "
-            "4294967295",
+            "--g2-blocks -5 (offload.g2_blocks): invalid value: integer `-5`, expected an "
+            "integer from 0 to 4294967295",
         ),
         (
             ["--num-gpu-blocks", str(2**40)],
-            "engine.num_gpu_blocks: invalid value: integer `1099511627776`, expected an integer "
-            "from 0 to 4294967295",
+            "--num-gpu-blocks 1099511627776 (engine.num_gpu_blocks): invalid value: integer "
+            "`1099511627776`, expected an integer from 0 to 4294967295",
         ),
     ],
 )
-def test_out_of_range_flags_name_the_dotted_field(flags, message, capsys):
+def test_out_of_range_flags_name_the_flag_and_the_dotted_field(flags, message, capsys):
     assert cli_error(["replay", "--no-progress", *flags], capsys) == message
 
 

@@ -62,8 +62,13 @@ def test_every_plot_kind_draws_data(full, kind):
     assert figures.plotted_points(fig) > 0
     # One series per worker (and link) shows up as its own line.
     if kind == "state":
-        labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
-        assert "kv_blocks_used[P0]" in labels and "busy[D1]" in labels
+        # Each panel's legend names a worker by its label alone: the axis says what it shows.
+        legends = {
+            ax.get_ylabel(): [t.get_text() for t in ax.get_legend().texts]
+            for ax in fig.axes
+            if ax.get_legend()
+        }
+        assert "P0" in legends["KV blocks in use"] and "D1" in legends["busy share"]
 
 
 def test_an_unknown_plot_kind_names_the_kinds(full):
@@ -179,3 +184,28 @@ def test_cdf_thins_to_max_points_and_keeps_both_ends():
     assert len(x) <= MAX_POINTS
     assert (x[0], y[0], x[-1], y[-1]) == (0.0, 1e-4, 9999.0, 1.0)
     assert np.all(np.diff(x) > 0)
+
+
+def test_the_pareto_page_leads_with_gpus_and_the_sla_and_lists_replayed_candidates():
+    from dynosim.plan.result import SweepResult
+
+    work = dynosim.SyntheticWorkload(isl=512, osl=32, rate=4.0, count=60)
+    space = dynosim.Space({"cluster.num_workers": [2, 1]})
+    swept = dynosim.sweep(work, None, space, sla={"ttft_ms": 500.0, "tpot_ms": 100.0})
+    failed = {
+        **{k: None for k in swept.rows[0]},
+        "index": 2,
+        "cluster.num_workers": 3,
+        "sla_met": False,
+        "error": "the replay failed: boom",
+    }
+    result = SweepResult([*swept.rows, failed], swept.settings, swept.sla)
+    page = pareto_page(result, result.best(), "sweep")
+    every = page[page.index("Every replayed candidate") :]
+    header = re.findall(r"<th>([^<]*)</th>", every)
+    assert header[:4] == ["GPUs", "TTFT p90 (ms)", "TPOT mean (ms)", "SLA"]
+    table = every[: every.index("</table>")]
+    gpus = [int(row[0]) for row in re.findall(r"<tr><td[^>]*>(\d+)</td>", table)]
+    assert gpus == [1, 2]  # fewest GPUs first, the failed candidate not among them
+    assert "2 candidates replayed" in page and "1 failed" in page
+    assert "did not replay" in every and "boom" in every

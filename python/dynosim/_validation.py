@@ -10,6 +10,7 @@ model holding another one can put its own path in front of the inner model's pro
 
 from __future__ import annotations
 
+import difflib
 import json
 import reprlib
 from collections.abc import Iterable
@@ -128,6 +129,18 @@ def listing(names: Iterable[Any], width: int = 200) -> str:
             break
         out.append(short_key(str(name)))
     return ", ".join(out)
+
+
+def suggestion(value: str, names: Iterable[str]) -> str:
+    """``"; did you mean 'X'?"`` naming the one of ``names`` closest to ``value`` (a typo, or
+    another case), or ``""`` when none is close."""
+    names = [str(n) for n in names]
+    folded = {n.casefold(): n for n in names}
+    if value.casefold() in folded:
+        best = [folded[value.casefold()]]
+    else:
+        best = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    return f"; did you mean {best[0]!r}?" if best and best[0] != value else ""
 
 
 def under(root: str, path: str) -> str:
@@ -274,5 +287,6 @@ __all__ = [
     "problems",
     "short_key",
     "shown",
+    "suggestion",
     "under",
 ]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import aic_core, pandas
-from dynosim._validation import shown
+from dynosim._validation import shown, suggestion
 from dynosim.aic.versions import pricing_versions
 from dynosim.errors import ConfigError
 
@@ -46,8 +46,8 @@ def bundled_model_config(model_name: str) -> dict[str, Any]:
     models = supported_models()
     if model_name not in models:
         raise ConfigError(
-            f"AIConfigurator has no model {shown(model_name)}; supported models: "
-            f"{', '.join(models)}"
+            f"AIConfigurator has no model {shown(model_name)}"
+            f"{suggestion(model_name, models)}; supported models: {', '.join(models)}"
         )
     path = _model_configs_dir() / f"{model_name.replace('/', '--')}_config.json"
     return json.loads(path.read_text())
@@ -70,7 +70,8 @@ def supported_backends(system: str) -> dict[str, list[str]]:
         spec_only = system in _system_specs()
         why = "has a spec but no performance data in AIC" if spec_only else "is unknown to AIC"
         raise ConfigError(
-            f"system {shown(system)} {why}; systems with data: {', '.join(sorted(databases))}"
+            f"system {shown(system)} {why}{suggestion(system, databases)}; systems with data: "
+            f"{', '.join(sorted(databases))}"
         )
     return {b: list(v) for b, v in sorted(databases[system].items())}
 
@@ -95,7 +96,8 @@ def system_spec(system: str) -> dict[str, Any]:
     spec = pdb.load_system_spec(system) if system else {}
     if not spec or "gpu" not in spec:
         raise ConfigError(
-            f"AIC has no system {shown(system)}; systems: {', '.join(_system_specs())}"
+            f"AIC has no system {shown(system)}{suggestion(system, _system_specs())}; systems: "
+            f"{', '.join(_system_specs())}"
         )
     return spec
 

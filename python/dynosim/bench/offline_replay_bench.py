@@ -25,7 +25,17 @@ from pathlib import Path
 from typing import IO, Any, get_args
 
 from dynosim._files import atomic_open
-from dynosim.cli.common import missing_extra_is_bad_input, plain_warnings, run_command
+from dynosim._validation import suggestion
+from dynosim._version import VERSION
+from dynosim.cli.common import (
+    EXIT_REJECTED,
+    Parser,
+    missing_extra_is_bad_input,
+    name_flags,
+    plain_warnings,
+    run_command,
+    typed,
+)
 from dynosim.cli.output import check_outputs
 from dynosim.cli.summary import render_summary
 from dynosim.compare.aisimulate import (
@@ -37,7 +47,7 @@ from dynosim.compare.aisimulate import (
 from dynosim.compare.dynamo import DynamoReplay
 from dynosim.compare.peer import LINK_MODELS, PeerRun, metric_rows
 from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, ClusterConfig, SimConfig
-from dynosim.errors import MissingExtraError
+from dynosim.errors import ConfigError, MissingExtraError
 from dynosim.replay import replay
 from dynosim.report import Report
 from dynosim.workload import load_trace
@@ -134,12 +144,13 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 def _parser() -> argparse.ArgumentParser:
     d = SimConfig()  # defaults come from the core; the help shows them
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="offline_replay_bench",
         description="Replay a trace with dynosim, time every iteration (trace load + replay), "
         "check that all iterations give the same canonical report, and optionally run "
         "Dynamo's or AISimulate's replay on the same trace and settings (--compare).",
     )
+    p.add_argument("--version", action="version", version=f"offline_replay_bench {VERSION}")
     p.add_argument("trace", type=Path, help="trace file: Mooncake JSONL or Azure CSV")
     p.add_argument(
         "--serving-mode",
@@ -148,28 +159,36 @@ def _parser() -> argparse.ArgumentParser:
         help="aggregated workers, or prefill and decode workers (default: aggregated)",
     )
     p.add_argument(
-        "--num-workers", type=int, metavar="N", help=f"workers (default {d.cluster.num_workers})"
+        "--num-workers",
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"workers (default {d.cluster.num_workers})",
     )
     p.add_argument(
         "--num-prefill-workers",
+        "--prefill-workers",
         type=int,
         metavar="N",
         help=f"disagg: prefill workers (default {d.cluster.num_prefill_workers})",
     )
     p.add_argument(
         "--num-decode-workers",
+        "--decode-workers",
         type=int,
         metavar="N",
         help=f"disagg: decode workers (default {d.cluster.num_decode_workers})",
     )
     p.add_argument(
         "--router-mode",
+        "--router",
         default=d.cluster.router,
         metavar="MODE",
         help=f"how requests are spread over workers; dynosim has: {', '.join(_ROUTERS)}",
     )
     p.add_argument(
         "--arrival-speedup-ratio",
+        "--arrival-speedup",
         type=float,
         metavar="R",
         help="divide every inter-arrival gap by R "
@@ -218,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kv-transfer-bandwidth",
+        "--kv-bandwidth-gbps",
         type=float,
         metavar="GB/s",
         help="disagg: KV link bandwidth in GB/s (1e9 B/s); unset: instant transfers",
@@ -230,6 +250,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--iterations", type=int, default=1, metavar="N", help="replays to run (default 1)"
+    )
+    p.add_argument(
+        "--fail-on-rejections",
+        action="store_true",
+        help=f"exit with status {EXIT_REJECTED} when the replay rejects any request (after "
+        "the tables and files are written)",
     )
     p.add_argument(
         "--report-json", type=Path, metavar="PATH", help="write the last canonical report here"
@@ -302,33 +328,29 @@ def _peer_link_model(args: argparse.Namespace) -> str:
 _BUDGET = {"trtllm": "max_num_tokens"}
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SimConfig:
     """The SimConfig the flags describe (defaults from dynosim); flag conflicts end the
     program through ``parser.error`` (exit status 2)."""
     router = args.router_mode.replace("-", "_")  # Dynamo spells it round-robin
     if router not in _ROUTERS:
         parser.error(
-            f"--router-mode {args.router_mode}: not available in dynosim yet; "
-            f"choose from {', '.join(_ROUTERS)}"
+            f"{typed(args, 'router_mode')} {args.router_mode}: not available in dynosim yet; "
+            f"choose from {', '.join(_ROUTERS)}{suggestion(router, _ROUTERS)}"
         )
     if args.iterations < 1:
         parser.error(f"--iterations must be at least 1, got {args.iterations}")
     if args.serving_mode == "aggregated":
-        given = [_flag(n) for n in _DISAGG_ONLY if getattr(args, n) is not None]
+        given = [typed(args, n) for n in _DISAGG_ONLY if getattr(args, n) is not None]
         if given:
             parser.error(f"{', '.join(given)}: only with --serving-mode disagg")
     elif args.num_workers is not None:
         parser.error(
-            "--num-workers: counts aggregated workers; with --serving-mode disagg give "
-            "--num-prefill-workers and --num-decode-workers"
+            f"{typed(args, 'num_workers')}: counts aggregated workers; with --serving-mode "
+            "disagg give --num-prefill-workers and --num-decode-workers"
         )
     for name in ("compare_timeout", "aisimulate_version"):
         if getattr(args, name) is not None and args.compare != "aisimulate":
-            parser.error(f"{_flag(name)}: only with --compare aisimulate")
+            parser.error(f"{typed(args, name)}: only with --compare aisimulate")
     if args.compare_timeout is not None:
         if not args.compare_timeout > 0:
             parser.error(f"--compare-timeout must be positive, got {args.compare_timeout:g}")
@@ -361,22 +383,32 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
         data["engine"]["scheduler_reserve_full_isl"] = False
     data["cluster"]["router"] = router
     data["cluster"]["mode"] = "aggregated" if args.serving_mode == "aggregated" else "disaggregated"
-    for value, section, key in (
-        (args.num_workers, "cluster", "num_workers"),
-        (args.num_prefill_workers, "cluster", "num_prefill_workers"),
-        (args.num_decode_workers, "cluster", "num_decode_workers"),
-        (args.arrival_speedup_ratio, "cluster", "arrival_speedup_ratio"),
-        (args.block_size, "engine", "block_size"),
-        (args.num_gpu_blocks, "engine", "num_gpu_blocks"),
-        (args.max_num_seqs, "engine", "max_num_seqs"),
-        (args.max_num_batched_tokens, "engine", _BUDGET.get(backend, "max_num_batched_tokens")),
-        (args.kv_bytes_per_token, "kv_transfer", "kv_bytes_per_token"),
-        (args.kv_transfer_bandwidth, "kv_transfer", "bandwidth_gbps"),
-        (link_model, "kv_transfer", "link_model"),
+    set_by = []
+    for dest, value, section, key in (
+        ("num_workers", args.num_workers, "cluster", "num_workers"),
+        ("num_prefill_workers", args.num_prefill_workers, "cluster", "num_prefill_workers"),
+        ("num_decode_workers", args.num_decode_workers, "cluster", "num_decode_workers"),
+        ("arrival_speedup_ratio", args.arrival_speedup_ratio, "cluster", "arrival_speedup_ratio"),
+        ("block_size", args.block_size, "engine", "block_size"),
+        ("num_gpu_blocks", args.num_gpu_blocks, "engine", "num_gpu_blocks"),
+        ("max_num_seqs", args.max_num_seqs, "engine", "max_num_seqs"),
+        (
+            "max_num_batched_tokens",
+            args.max_num_batched_tokens,
+            "engine",
+            _BUDGET.get(backend, "max_num_batched_tokens"),
+        ),
+        ("kv_bytes_per_token", args.kv_bytes_per_token, "kv_transfer", "kv_bytes_per_token"),
+        ("kv_transfer_bandwidth", args.kv_transfer_bandwidth, "kv_transfer", "bandwidth_gbps"),
+        ("link_model", link_model, "kv_transfer", "link_model"),
     ):
         if value is not None:
             data[section][key] = value
-    return SimConfig.model_validate(data)
+            set_by.append((f"{section}.{key}", typed(args, dest), value))
+    try:
+        return SimConfig.model_validate(data)
+    except ConfigError as e:
+        raise name_flags(e, set_by) from None
 
 
 def _fmt(value: Any) -> str:
@@ -564,12 +596,15 @@ def _run(args: argparse.Namespace, config: SimConfig) -> int:
             f"deterministic: {args.iterations} iterations gave the same canonical report "
             f"(sha256 {first_digest[:16]})"
         )
+    if args.fail_on_rejections and report.summary["rejected_requests"]:
+        return EXIT_REJECTED
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``offline_replay_bench`` and ``python -m dynosim.bench``; returns the exit
-    code: 0, 2 for bad input, 1 for a failed run, 3 when iterations disagree."""
+    code: 0, 2 for bad input, 1 for a failed run, 3 when iterations disagree, 4 with
+    ``--fail-on-rejections`` when the replay rejected requests."""
     parser = _parser()
     args = parser.parse_args(argv)
     plain_warnings()
@@ -577,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     def command() -> int:
         config = build_config(args, parser)
         outputs = ("report_json", "timings_jsonl", "canonical_reports_jsonl")
-        check_outputs([(_flag(name), getattr(args, name)) for name in outputs], [args.trace])
+        check_outputs([(typed(args, name), getattr(args, name)) for name in outputs], [args.trace])
         return _run(args, config)
 
     return run_command("offline_replay_bench", command)

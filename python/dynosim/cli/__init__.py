@@ -8,22 +8,37 @@ import argparse
 import sys
 from importlib import import_module
 
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, plain_warnings, run_command
+from dynosim._version import VERSION
+from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, Parser, plain_warnings, run_command
 
-#: The commands, in the order ``--help`` lists them: each is the module of its name here, with
-#: ``add_parser(sub)`` and ``run(args)``.
-COMMANDS = ("replay", "sweep", "plan", "report", "schema", "render", "validate")
+#: The commands, in the order ``--help`` lists them, with their line there: each is the module
+#: of its name here, with ``add_parser(sub, line)`` and ``run(args)``.
+COMMANDS = {
+    "replay": "replay a trace on a simulated cluster",
+    "sweep": "replay a workload under every candidate of a space of configurations",
+    "plan": "find the deployment meeting an SLA on the fewest GPUs, with its manifest",
+    "report": "HTML page of a saved replay report (or two compared)",
+    "schema": "print the JSON schema of the configuration file",
+    "render": "render a candidate as a Kubernetes DGD manifest with AIConfigurator",
+    "validate": "check a DGD manifest (and that it deploys a candidate)",
+}
 
 
 def _parser(argv: list[str]) -> argparse.ArgumentParser:
-    """The parser of ``argv``: when its first word names a command, that command's alone, so
-    a start imports only what that command needs (the others pull in AIConfigurator's
-    generator, the planner, the pages...); otherwise every command's, for the full help."""
-    p = argparse.ArgumentParser(prog="dynosim", description=__doc__)
+    """The parser of ``argv``: when its first word names a command, with that command's
+    parser alone, so a start imports only what that command needs (the others pull in
+    AIConfigurator's generator, the planner, the pages...); otherwise with each command by
+    name and line only, which is all ``dynosim --help`` lists (``dynosim --help`` and
+    ``--version`` import no command)."""
+    p = Parser(prog="dynosim", description=__doc__)
+    p.add_argument("--version", action="version", version=f"dynosim {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
     first = next((word for word in argv if not word.startswith("-")), None)
-    for name in (first,) if first in COMMANDS else COMMANDS:
-        import_module(f"dynosim.cli.{name}").add_parser(sub)
+    if first in COMMANDS:
+        import_module(f"dynosim.cli.{first}").add_parser(sub, COMMANDS[first])
+    else:
+        for name, line in COMMANDS.items():
+            sub.add_parser(name, help=line)
     return p
 
 

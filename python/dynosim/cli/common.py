@@ -1,18 +1,20 @@
-"""What the ``dynosim`` commands share: exit codes, the usage error, how a command's end
-becomes its exit code, and the workload flags (a trace, or synthetic traffic)."""
+"""What the ``dynosim`` commands share: exit codes, the usage error, the argument parser (which
+suggests the flag or value meant and remembers the flag typed), how a command's end becomes its
+exit code, and the workload flags (a trace, or synthetic traffic)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynosim.errors import DynosimError, MissingExtraError, OutputError
+from dynosim.errors import ConfigError, DynosimError, MissingExtraError, OutputError
 
 if TYPE_CHECKING:
     from dynosim.workload import SyntheticWorkload, TraceWorkload
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 #: failed simulation.
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+#: ``--fail-on-rejections``: the replay ran, but rejected requests (its outputs are written).
+EXIT_REJECTED = 4
 #: Interrupted (Ctrl-C), stdout closed by its reader, and terminated (SIGTERM): 128 + the
 #: signal, as a shell reports a command SIGINT, SIGPIPE or SIGTERM ended.
 EXIT_INTERRUPTED = 130
@@ -44,6 +48,96 @@ SYNTHETIC_FLAGS = ("isl", "osl", "rate", "count", "duration_s", "seed")
 
 class UsageError(DynosimError, ValueError):
     """Flags that do not go together (the message names them)."""
+
+
+class _Store(argparse.Action):
+    """argparse's ``store``, remembering which of an option's names the user typed (an alias
+    or the flag's own name), for messages to name it as typed (:func:`typed`)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        if option_string is not None:
+            flags = vars(namespace).setdefault("typed_flags", {})
+            flags[self.dest] = option_string
+
+
+def typed(args: argparse.Namespace, dest: str) -> str:
+    """The flag the user typed for ``dest`` (its alias, if that is what was typed), else the
+    flag's own name."""
+    return getattr(args, "typed_flags", {}).get(dest, "--" + dest.replace("_", "-"))
+
+
+#: Lines of usage an error shows in full.
+_USAGE_LINES = 6
+
+
+class Parser(argparse.ArgumentParser):
+    """The command lines' parser: an unknown flag or a value outside a flag's choices is
+    answered with the closest one ("did you mean"), and every option records the name it was
+    typed under (:func:`typed`). Subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Store)
+        self.register("action", "store", _Store)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and value not in choices:
+            # Imported here, on the error path: it pulls in pydantic, which a start does without.
+            from dynosim._validation import suggestion
+
+            listed = ", ".join(repr(c) for c in choices)
+            hint = suggestion(str(value), (str(c) for c in choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r} (choose from {listed}){hint}"
+            )
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            from dynosim._validation import suggestion
+
+            parser = self._command_parser(parsed)
+            flags = [s for a in parser._actions for s in a.option_strings]
+            hints = "".join(
+                suggestion(word.split("=")[0], flags) for word in extra if word.startswith("-")
+            )
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{hints}")
+        return parsed
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        """Exit 2 with the message; a usage of many lines (a command of many flags) is
+        replaced by a pointer to ``--help``, so the message is not lost above it."""
+        usage = self.format_usage()
+        if usage.count("\n") > _USAGE_LINES:
+            usage = f"usage: {self.prog} [options] (every flag: {self.prog} --help)\n"
+        self.exit(EXIT_BAD_INPUT, f"{usage}{self.prog}: error: {message}\n")
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand ``parsed`` chose (this one when it has none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = getattr(parsed, action.dest, None)
+                if chosen in action.choices:
+                    return action.choices[chosen]
+        return self
+
+
+def name_flags(error: ConfigError, given: Iterable[tuple[str, str, Any]]) -> ConfigError:
+    """``error`` (a configuration's, whose problems start with a dotted path) with each problem
+    at a path a flag set naming that flag and the value typed: ``given`` holds (dotted path,
+    flag as typed, value). ``--workers 0 (cluster.num_workers): must be ...``."""
+    from dynosim._validation import shown
+
+    text = str(error)
+    for path, flag, value in given:
+        text = re.sub(
+            rf"(?<![\w.]){re.escape(path)}:",
+            lambda _, f=flag, v=value, p=path: f"{f} {shown(v)} ({p}):",
+            text,
+        )
+    return ConfigError(text)
 
 
 def plain_warnings() -> None:
@@ -169,14 +263,18 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_REJECTED",
     "EXIT_TERMINATED",
     "SYNTHETIC_FLAGS",
+    "Parser",
     "Terminated",
     "UsageError",
     "add_workload_arguments",
     "can_plot",
     "missing_extra_is_bad_input",
+    "name_flags",
     "plain_warnings",
     "run_command",
+    "typed",
     "workload_from_args",
 ]

@@ -41,11 +41,11 @@ SHOWN = tuple(
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``plan`` subcommand and its flags."""
     p = sub.add_parser(
         "plan",
-        help="find the deployment meeting an SLA on the fewest GPUs, with its manifest",
+        help=line,
         description="Search the layouts AIConfigurator's default mode considers (aggregated "
         "TP x replicas; disaggregated prefill TP x decode TP x worker counts, KV moved over "
         "the system's links) within --max-gpus, each timed with AIC, with the engine settings "
@@ -66,7 +66,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", required=True, help="AIC system, e.g. h200_sxm")
     p.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], default="trtllm")
     p.add_argument("--backend-version", help="engine release (default: the Dynamo release's)")
-    p.add_argument("--max-gpus", type=int, required=True, help="most GPUs a deployment may use")
+    p.add_argument(
+        "--max-gpus", "--total-gpus", type=int, required=True, help="most GPUs a deployment may use"
+    )
     p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4, 8], help="TP sizes")
     p.add_argument(
         "--dp", type=int, nargs="+", default=[1], help="DP ranks per worker (attention DP for MoE)"
@@ -137,7 +139,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dynamo-version", help="Dynamo release to deploy (default: AIC's)")
     p.add_argument("--no-render", action="store_true", help="do not render the pick's manifest")
     add_search_arguments(p)
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+    p.add_argument(
+        "-o", "--output", "--save-dir", type=Path, required=True, metavar="DIR", help="output dir"
+    )
 
 
 def _header(result: PlanResult, args: argparse.Namespace, source: str) -> str:

@@ -14,11 +14,11 @@ from dynosim.deploy import RenderOptions, load_candidate, render_dgd, validate_m
 from dynosim.workload import SyntheticWorkload, load_trace
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``render`` subcommand and its flags."""
     g = sub.add_parser(
         "render",
-        help="render a candidate as a Kubernetes DGD manifest with AIConfigurator",
+        help=line,
         description="Render a simulated candidate as a DynamoGraphDeployment with AIConfigurator "
         "(pip install 'dynosim[aic]'), write AIC's artifacts to DIR and validate the manifest "
         "written. The workload is a trace, or a fixed --isl and --osl.",

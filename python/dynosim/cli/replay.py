@@ -10,30 +10,33 @@ from typing import TYPE_CHECKING, Any
 
 from dynosim.cli import measured
 from dynosim.cli.common import (
+    EXIT_REJECTED,
     UsageError,
     add_workload_arguments,
     missing_extra_is_bad_input,
+    name_flags,
+    typed,
     workload_from_args,
 )
-from dynosim.errors import MissingExtraError
+from dynosim.errors import ConfigError, MissingExtraError
 from dynosim.workload.measured import MEASURED_FORMATS
 
 if TYPE_CHECKING:
     from dynosim.config import SimConfig
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``replay`` subcommand and its flags."""
     r = sub.add_parser(
         "replay",
-        help="replay a trace on a simulated cluster",
+        help=line,
         description="Replay a trace (Mooncake JSONL or Azure CSV) on a simulated cluster. "
         "With no TRACE, replays the bundled Mooncake conversation sample.",
     )
     add_workload_arguments(r, extra_formats=MEASURED_FORMATS)
     measured.add_arguments(r)
     r.add_argument("--config", type=Path, help="YAML or JSON configuration file")
-    r.add_argument("--workers", type=int, help="number of aggregated workers")
+    r.add_argument("--workers", "--num-workers", type=int, help="number of aggregated workers")
     r.add_argument("--block-size", type=int, help="tokens per KV block")
     r.add_argument("--num-gpu-blocks", type=int, help="KV blocks per rank (a worker has DP ranks)")
     r.add_argument(
@@ -50,9 +53,18 @@ def add_parser(sub: Any) -> None:
     )
     r.add_argument("--prefill-ms", type=float, help="fixed timing: prefill pass cost (ms)")
     r.add_argument("--decode-ms", type=float, help="fixed timing: decode pass cost (ms)")
-    r.add_argument("--arrival-speedup", type=float, help="divide every inter-arrival gap by R")
     r.add_argument(
-        "--router", choices=["round_robin", "random", "kv_aware"], help="request routing"
+        "--arrival-speedup",
+        "--arrival-speedup-ratio",
+        type=float,
+        help="divide every inter-arrival gap by R",
+    )
+    r.add_argument(
+        "--router",
+        "--router-mode",
+        type=lambda name: name.replace("-", "_"),  # Dynamo spells it round-robin
+        choices=["round_robin", "random", "kv_aware"],
+        help="request routing",
     )
     r.add_argument("--concurrency", type=int, help="closed loop: at most N sessions in flight")
     m = r.add_argument_group(
@@ -96,9 +108,14 @@ def add_parser(sub: Any) -> None:
         "0.9, vLLM's)",
     )
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
-    d.add_argument("--prefill-workers", type=int, help="prefill workers")
-    d.add_argument("--decode-workers", type=int, help="decode workers")
-    d.add_argument("--kv-bandwidth-gbps", type=float, help="each prefill worker's send link, GB/s")
+    d.add_argument("--prefill-workers", "--num-prefill-workers", type=int, help="prefill workers")
+    d.add_argument("--decode-workers", "--num-decode-workers", type=int, help="decode workers")
+    d.add_argument(
+        "--kv-bandwidth-gbps",
+        "--kv-transfer-bandwidth",
+        type=float,
+        help="each prefill worker's send link, GB/s",
+    )
     d.add_argument(
         "--decode-kv-bandwidth-gbps", type=float, help="each decode worker's receive link, GB/s"
     )
@@ -133,6 +150,22 @@ def add_parser(sub: Any) -> None:
         choices=["flows", "free"],
         help="offloads are flows that take time (default) or free",
     )
+    s = r.add_argument_group("SLA (goodput counts the completed requests within every limit given)")
+    s.add_argument("--sla-ttft-ms", type=float, help="a request's time to first token limit, ms")
+    s.add_argument(
+        "--sla-tpot-ms",
+        "--sla-itl-ms",
+        dest="sla_itl_ms",
+        type=float,
+        help="a request's mean inter-token latency (TPOT) limit, ms",
+    )
+    s.add_argument("--sla-e2e-ms", type=float, help="a request's end-to-end latency limit, ms")
+    r.add_argument(
+        "--fail-on-rejections",
+        action="store_true",
+        help=f"exit with status {EXIT_REJECTED} when the replay rejects any request (its "
+        "outputs are written first)",
+    )
     r.add_argument("--json", metavar="PATH|-", help="write the canonical JSON report ('-': stdout)")
     r.add_argument(
         "--html",
@@ -150,58 +183,92 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--no-progress", action="store_true", help="never show a progress bar")
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
-    from dynosim.config import SimConfig, load_config
+#: The flags that set one configuration setting each: argparse name, section, key.
+_SETTINGS = (
+    ("workers", "cluster", "num_workers"),
+    ("arrival_speedup", "cluster", "arrival_speedup_ratio"),
+    ("block_size", "engine", "block_size"),
+    ("num_gpu_blocks", "engine", "num_gpu_blocks"),
+    ("max_num_seqs", "engine", "max_num_seqs"),
+    ("max_num_batched_tokens", "engine", "max_num_batched_tokens"),
+    ("prefill_workers", "cluster", "num_prefill_workers"),
+    ("decode_workers", "cluster", "num_decode_workers"),
+    ("kv_bandwidth_gbps", "kv_transfer", "bandwidth_gbps"),
+    ("decode_kv_bandwidth_gbps", "kv_transfer", "decode_bandwidth_gbps"),
+    ("kv_bytes_per_token", "kv_transfer", "kv_bytes_per_token"),
+    ("link_model", "kv_transfer", "link_model"),
+    ("transfer_sizing", "kv_transfer", "sizing"),
+    ("router", "cluster", "router"),
+    ("concurrency", "cluster", "concurrency"),
+    ("tp", "engine", "tensor_parallel_size"),
+    ("dp", "engine", "data_parallel_size"),
+    ("g2_blocks", "offload", "g2_blocks"),
+    ("g3_blocks", "offload", "g3_blocks"),
+    ("g3_shared", "offload", "g3_shared"),
+    ("g1_g2_gbps", "offload", "g1_g2_gbps"),
+    ("g2_g3_gbps", "offload", "g2_g3_gbps"),
+    ("backend", "engine", "backend"),
+    ("g1_g2_read_gbps", "offload", "g1_g2_read_gbps"),
+    ("g1_g2_write_gbps", "offload", "g1_g2_write_gbps"),
+    ("g2_g3_read_gbps", "offload", "g2_g3_read_gbps"),
+    ("g2_g3_write_gbps", "offload", "g2_g3_write_gbps"),
+    ("g3_duplex", "offload", "g3_duplex"),
+    ("offload_writes", "offload", "writes"),
+    ("in_flight", "offload", "in_flight"),
+    ("sla_ttft_ms", "sla", "ttft_ms"),
+    ("sla_itl_ms", "sla", "itl_ms"),
+    ("sla_e2e_ms", "sla", "e2e_ms"),
+    ("gpu_memory_utilization", "engine", "gpu_memory_utilization"),
+)
 
-    """The configuration the flags describe."""
-    data: dict[str, Any] = load_config(args.config).model_dump()
-    for flag, section, key in (
-        ("workers", "cluster", "num_workers"),
-        ("arrival_speedup", "cluster", "arrival_speedup_ratio"),
-        ("block_size", "engine", "block_size"),
-        ("num_gpu_blocks", "engine", "num_gpu_blocks"),
-        ("max_num_seqs", "engine", "max_num_seqs"),
-        ("max_num_batched_tokens", "engine", "max_num_batched_tokens"),
-        ("prefill_workers", "cluster", "num_prefill_workers"),
-        ("decode_workers", "cluster", "num_decode_workers"),
-        ("kv_bandwidth_gbps", "kv_transfer", "bandwidth_gbps"),
-        ("decode_kv_bandwidth_gbps", "kv_transfer", "decode_bandwidth_gbps"),
-        ("kv_bytes_per_token", "kv_transfer", "kv_bytes_per_token"),
-        ("link_model", "kv_transfer", "link_model"),
-        ("transfer_sizing", "kv_transfer", "sizing"),
-        ("router", "cluster", "router"),
-        ("concurrency", "cluster", "concurrency"),
-        ("tp", "engine", "tensor_parallel_size"),
-        ("dp", "engine", "data_parallel_size"),
-        ("g2_blocks", "offload", "g2_blocks"),
-        ("g3_blocks", "offload", "g3_blocks"),
-        ("g3_shared", "offload", "g3_shared"),
-        ("g1_g2_gbps", "offload", "g1_g2_gbps"),
-        ("g2_g3_gbps", "offload", "g2_g3_gbps"),
-        ("backend", "engine", "backend"),
-        ("g1_g2_read_gbps", "offload", "g1_g2_read_gbps"),
-        ("g1_g2_write_gbps", "offload", "g1_g2_write_gbps"),
-        ("g2_g3_read_gbps", "offload", "g2_g3_read_gbps"),
-        ("g2_g3_write_gbps", "offload", "g2_g3_write_gbps"),
-        ("g3_duplex", "offload", "g3_duplex"),
-        ("offload_writes", "offload", "writes"),
-        ("in_flight", "offload", "in_flight"),
-    ):
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    """The configuration the flags describe: the --config file (checked with the engine
+    --backend names, whose settings it may hold), then each flag's setting. A setting a flag
+    gave that is out of range is named by the flag as typed."""
+    from dynosim.config import SimConfig, load_settings_file
+
+    base = (
+        load_settings_file(
+            args.config,
+            SimConfig,
+            "configuration",
+            overrides={"engine.backend": args.backend} if args.backend else None,
+        )
+        if args.config is not None
+        else SimConfig()
+    )
+    data: dict[str, Any] = base.model_dump()
+    given = []
+    for flag, section, key in _SETTINGS:
         value = getattr(args, flag)
-        if value is not None:
+        if value is None:
+            continue
+        if flag != "gpu_memory_utilization":  # set in every engine section, below
             data[section][key] = value
-    if args.explain:
-        data["report"]["explain"] = True
+        given.append((f"{section}.{key}", typed(args, flag), value))
     if data["engine"]["backend"] == "trtllm" and args.max_num_batched_tokens is not None:
         # The pass's token budget is TensorRT-LLM's max_num_tokens.
         data["engine"]["max_num_tokens"] = data["engine"].pop("max_num_batched_tokens")
+        given.append(
+            (
+                "engine.max_num_tokens",
+                typed(args, "max_num_batched_tokens"),
+                args.max_num_batched_tokens,
+            )
+        )
+    if args.explain:
+        data["report"]["explain"] = True
     if args.prefill_workers is not None or args.decode_workers is not None:
         data["cluster"]["mode"] = "disaggregated"
     _check_mode_flags(args, data["cluster"]["mode"])
     data["timing"] = _timing(args, data["timing"], data["engine"])
     if args.gpu_memory_utilization is not None:
         _memory_share(args, data)
-    return SimConfig.model_validate(data)
+    try:
+        return SimConfig.model_validate(data)
+    except ConfigError as e:
+        raise name_flags(e, given) from None
 
 
 def _memory_share(args: argparse.Namespace, data: dict[str, Any]) -> None:
@@ -228,19 +295,20 @@ _TRANSFER_FLAGS = ("kv_bandwidth_gbps", "decode_kv_bandwidth_gbps", "link_model"
 
 
 def _check_mode_flags(args: argparse.Namespace, mode: str) -> None:
-    """Refuse a flag the serving mode would ignore, naming it and what chose the mode."""
-
-    def flag(name: str) -> str:
-        return "--" + name.replace("_", "-")
-
-    pools = [flag(n) for n in ("prefill_workers", "decode_workers") if getattr(args, n) is not None]
+    """Refuse a flag the serving mode would ignore, naming it (as typed) and what chose the
+    mode."""
+    pools = [
+        typed(args, n)
+        for n in ("prefill_workers", "decode_workers")
+        if getattr(args, n) is not None
+    ]
     if mode == "disaggregated" and args.workers is not None:
         chosen_by = " and ".join(pools) if pools else f"--config {args.config} (cluster.mode)"
         raise UsageError(
-            f"--workers counts aggregated workers, but {chosen_by} selects disaggregated "
-            "serving: give --prefill-workers and --decode-workers instead"
+            f"{typed(args, 'workers')} counts aggregated workers, but {chosen_by} selects "
+            "disaggregated serving: give --prefill-workers and --decode-workers instead"
         )
-    given = [flag(n) for n in _TRANSFER_FLAGS if getattr(args, n) is not None]
+    given = [typed(args, n) for n in _TRANSFER_FLAGS if getattr(args, n) is not None]
     if mode == "aggregated" and given:
         raise UsageError(
             f"{', '.join(given)}: KV transfers happen in disaggregated serving only; give "
@@ -357,6 +425,8 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         report.to_html(args.html)
         console.print(f"wrote {args.html}")
+    if args.fail_on_rejections and report.summary["rejected_requests"]:
+        return EXIT_REJECTED
     return 0
 
 

@@ -15,11 +15,11 @@ from dynosim.report import load_report
 from dynosim.views.pages import compare_page
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``report`` subcommand and its flags."""
     p = sub.add_parser(
         "report",
-        help="HTML page of a saved replay report (or two compared)",
+        help=line,
         description="Write the self-contained HTML page (no network needed to view it) of a "
         "report saved with 'dynosim replay --json': summary, configuration, provenance, "
         "latency CDFs, rates and state over time, per-worker load. Given two reports, a page "

@@ -8,6 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dynosim.cli.common import name_flags, typed
+from dynosim.errors import ConfigError
 from dynosim.plan import Sla
 
 #: Short headers of the plan's settings.
@@ -19,8 +21,8 @@ _STATS = ["mean", "p50", "p75", "p90", "p95", "p99", "max"]
 def add_search_arguments(parser: Any) -> None:
     """The SLA flags and the executor flags."""
     s = parser.add_argument_group("SLA (a candidate meets it when every limit holds)")
-    s.add_argument("--sla-ttft-ms", type=float, help="TTFT limit (ms)")
-    s.add_argument("--sla-tpot-ms", type=float, help="TPOT limit (ms)")
+    s.add_argument("--sla-ttft-ms", "--ttft", type=float, help="TTFT limit (ms)")
+    s.add_argument("--sla-tpot-ms", "--tpot", type=float, help="TPOT limit (ms)")
     s.add_argument(
         "--sla-percentile", choices=_STATS, default="p90", help="TTFT statistic limited (p90)"
     )
@@ -44,12 +46,20 @@ def add_search_arguments(parser: Any) -> None:
 
 
 def sla_from_args(args: argparse.Namespace) -> Sla:
-    return Sla(
-        ttft_ms=args.sla_ttft_ms,
-        tpot_ms=args.sla_tpot_ms,
-        ttft_stat=args.sla_percentile,
-        tpot_stat=args.sla_tpot_stat,
-    )
+    """The SLA the flags give; a bad limit is named by the flag as typed."""
+    try:
+        return Sla(
+            ttft_ms=args.sla_ttft_ms,
+            tpot_ms=args.sla_tpot_ms,
+            ttft_stat=args.sla_percentile,
+            tpot_stat=args.sla_tpot_stat,
+        )
+    except ConfigError as e:
+        given = [
+            (f"sla.{key}", typed(args, f"sla_{key}"), getattr(args, f"sla_{key}"))
+            for key in ("ttft_ms", "tpot_ms")
+        ]
+        raise name_flags(e, given) from None
 
 
 def wide_console() -> Any:

@@ -9,9 +9,9 @@ from typing import Any
 from dynosim.config import config_json_schema
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``schema`` subcommand."""
-    sub.add_parser("schema", help="print the JSON schema of the configuration file")
+    sub.add_parser("schema", help=line)
 
 
 def run(args: argparse.Namespace) -> int:

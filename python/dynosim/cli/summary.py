@@ -1,10 +1,12 @@
-"""The terminal summary of a replay: counts, throughput, latency percentiles, reuse, GPU-hours."""
+"""The terminal summary of a replay: what was simulated, counts, throughput, latency
+percentiles, reuse, GPU-hours, then any rejected requests and saturated links or tiers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dynosim.report import Report
+from dynosim.views.describe import deployment, rejections, saturation
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -24,8 +26,21 @@ def _fmt_ms(value: float | None) -> str:
     return f"{value:.3e}"
 
 
+def _sla(report: Report) -> str:
+    """The SLA goodput counts requests within, or that none was given."""
+    limits = [
+        f"{name} <= {limit:,g} ms"
+        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "itl_ms"), ("E2E", "e2e_ms"))
+        if (limit := report.config["sla"][key]) is not None
+    ]
+    return ", ".join(limits) if limits else "none given: goodput counts every completed request"
+
+
 def render_summary(report: Report, source: str) -> Any:
-    """A rich Table of the summary: counts, throughput, latency percentiles, reuse, GPU-hours."""
+    """The summary as rich renderables: a first line naming the trace and what was simulated
+    (model, GPU system, timing model, engine and layout), a table of counts, throughput,
+    reuse and GPU-hours, the latency table, then a warning line for rejected requests (how
+    many, the share, each reason) and for each link or tier used above 95 %."""
     from rich.table import Table
 
     s = report.summary
@@ -41,6 +56,7 @@ def render_summary(report: Report, source: str) -> Any:
         ("output tokens/s", _fmt(s["output_token_throughput_tps"], 1)),
         ("total tokens/s", _fmt(s["total_token_throughput_tps"], 1)),
         ("prefix reuse ratio", _fmt(s["prefix_reuse_ratio"], 4)),
+        ("SLA", _sla(report)),
         ("goodput (req/s)", _fmt(s["goodput_rps"], 3)),
         ("GPU-hours", _fmt(s["gpu_hours"], 3)),
         ("passes / preemptions", f"{s['num_passes']:,} / {s['num_preemptions']:,}"),
@@ -121,7 +137,12 @@ def render_summary(report: Report, source: str) -> Any:
     from rich.console import Group
     from rich.text import Text
 
-    return Group(Text(f"dynosim replay of {source}", style="bold"), head, lat)
+    refused = rejections(report)
+    warnings = [Text(f"warning: {line}", style="bold yellow") for line in refused[:1]]
+    warnings += [Text(f"  {line}", style="yellow") for line in refused[1:]]
+    warnings += [Text(f"warning: {line}", style="bold yellow") for line in saturation(report)]
+    first = Text(f"dynosim replay of {source}: {deployment(report)}", style="bold")
+    return Group(first, head, lat, *warnings)
 
 
 __all__ = ["render_summary"]

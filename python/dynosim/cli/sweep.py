@@ -36,11 +36,11 @@ PARTIAL = "results.partial.jsonl"
 COMPLETE = ("results.jsonl", "results.csv", "pareto.csv", "pareto.html")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``sweep`` subcommand and its flags."""
     p = sub.add_parser(
         "sweep",
-        help="replay a workload under every candidate of a space of configurations",
+        help=line,
         description="Replay TRACE (or --synthetic traffic) under every candidate of --space "
         "applied to --config, and write DIR/results.csv, DIR/results.jsonl and DIR/pareto.csv "
         "(the front of tokens/s/GPU against tokens/s/user among candidates meeting the SLA), "
@@ -66,7 +66,9 @@ def add_parser(sub: Any) -> None:
         help="run --jobs replays at once even past the CPUs, the candidates or the memory "
         "they are estimated to need",
     )
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="output dir")
+    p.add_argument(
+        "-o", "--output", "--save-dir", type=Path, required=True, metavar="DIR", help="output dir"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

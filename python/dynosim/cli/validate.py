@@ -12,11 +12,11 @@ from dynosim.cli.common import EXIT_FAILED
 from dynosim.deploy import load_candidate, validate_manifest
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, line: str) -> None:
     """The ``validate`` subcommand and its flags."""
     v = sub.add_parser(
         "validate",
-        help="check a DGD manifest (and that it deploys a candidate)",
+        help=line,
         description="Check a DynamoGraphDeployment manifest; with --candidate, also that it "
         "deploys that candidate. Prints one line per problem, naming its path, and exits 1 "
         "when there is any.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,9 +32,13 @@ def load_config(source: SimConfig | dict[str, Any] | str | Path | None = None) -
     )
 
 
-def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
+def load_settings_file(
+    path: str | Path, model: type[_M], what: str, overrides: Mapping[str, Any] | None = None
+) -> _M:
     """Validate a YAML / JSON file as ``model``; every problem is a ConfigError naming the file
-    (``what`` names the document in messages, e.g. "configuration")."""
+    (``what`` names the document in messages, e.g. "configuration"). ``overrides`` (dotted
+    path -> value) are set in the document first, so it is checked as it will run: a
+    command line's ``--backend`` decides which engine settings the file may hold."""
     path = Path(path)
     try:
         text = read_input(path, ConfigError, what, max_line=MAX_LINE_BYTES).decode("utf-8")
@@ -45,10 +50,25 @@ def load_settings_file(path: str | Path, model: type[_M], what: str) -> _M:
         raise ConfigError(f"{path}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a mapping, got {type(data).__name__}")
+    for dotted, value in (overrides or {}).items():
+        _override(data, dotted.split("."), value)
     try:
         return model.model_validate(data)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+
+
+def _override(data: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``value`` at ``path`` in a document, making the mappings on the way (a part that is
+    there but no mapping is left as it is, for the check to name)."""
+    head, *rest = path
+    if not rest:
+        data[head] = value
+        return
+    if data.get(head) is None:
+        data[head] = {}
+    if isinstance(data[head], dict):
+        _override(data[head], rest, value)
 
 
 def config_json_schema() -> dict[str, Any]:

@@ -11,14 +11,16 @@ from typing import Any
 import numpy as np
 
 from dynosim._dependencies import matplotlib
+from dynosim.views.describe import SATURATED, capacity
 from dynosim.views.series import cdf, link_names, rate, timeseries, worker_names
 
 #: The ``gid`` of what marks a limit or a pick rather than showing data.
 REFERENCE = "reference"
 
-#: Buckets of the arrivals and completions plot: 1 s buckets of an hour-long trace are a band
-#: of noise; a few hundred show the load's shape (each bucket's mean rate).
-RATE_POINTS = 400
+#: Buckets a plot over time draws: 1 s buckets of an hour-long trace are a band of noise
+#: (thousands of spikes in a few hundred pixels); a few hundred show the load's shape (each
+#: bucket's mean, with its min-max as a light band).
+TIME_POINTS = 200
 
 #: The latency CDFs: summary metric, title, and the ``sla`` setting that limits it.
 LATENCIES = (
@@ -92,7 +94,7 @@ def rates(reports: Sequence[tuple[str, Any]]) -> Any:
         duration = float(report.summary["duration_ms"])
         for key, what in (("arrival_ms", "arrivals"), ("last_token_ms", "completions")):
             times = np.asarray(report.requests[key], dtype=float)
-            t, per_s, width = rate(times, duration, RATE_POINTS)
+            t, per_s, width = rate(times, duration, TIME_POINTS)
             widths.add(width)
             name = f"{_literal(label)}: {what}" if label else what
             ax.plot(t, per_s, label=name, linewidth=1, drawstyle="steps-post")
@@ -103,44 +105,108 @@ def rates(reports: Sequence[tuple[str, Any]]) -> Any:
     return fig
 
 
-def _bands(ax: Any, series: dict[str, Any], names: Sequence[str], mean: bool = False) -> None:
-    """Each named series over time: its max with the band down to its min shaded, or its
-    time-weighted mean per bucket (``mean``)."""
+def _bands(ax: Any, series: dict[str, Any], names: Sequence[str], band: bool = True) -> None:
+    """Each named series over time: its time-weighted mean per bucket as a line, and with
+    ``band`` the bucket's min-max as a light band around it (a spike shorter than a bucket
+    stays visible there); without, the mean alone (a share such as busy time, whose min and
+    max are 0 and 1 in nearly every bucket)."""
     for name in names:
         t, avg, lo, hi = series[name]
-        line = ax.plot(t, avg if mean else hi, linewidth=0.8, label=name, drawstyle="steps-post")
-        if not mean and not np.array_equal(lo, hi):
-            ax.fill_between(t, lo, hi, alpha=0.3, color=line[0].get_color(), step="post", lw=0)
+        # A worker's or link's column is named by its label alone: the axis says what it is.
+        label = name[name.index("[") + 1 : -1] if name.endswith("]") else name
+        line = ax.plot(t, avg, linewidth=1.0, label=label, drawstyle="steps-post")
+        if band and not np.array_equal(lo, hi):
+            ax.fill_between(t, lo, hi, alpha=0.15, color=line[0].get_color(), step="post", lw=0)
+
+
+def _limit(ax: Any, value: float, label: str) -> None:
+    """A dashed line at a capacity (``value``), labelled."""
+    ax.axhline(value, linestyle="--", color="black", linewidth=0.9, label=label, gid=REFERENCE)
+
+
+def _legend(ax: Any) -> None:
+    """The legend in a row above the axes, where it hides no data."""
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=8,
+        fontsize=7,
+        frameon=False,
+        borderaxespad=0.2,
+    )
+
+
+def _saturated(ax: Any, t: np.ndarray, share: np.ndarray) -> None:
+    """Shade red where a used share ran above :data:`SATURATED` over a bucket."""
+    hot = share > SATURATED
+    if hot.any():
+        ax.fill_between(
+            t,
+            0,
+            1,
+            where=hot,
+            step="post",
+            color="red",
+            alpha=0.18,
+            lw=0,
+            transform=ax.get_xaxis_transform(),
+            label=f"above {100 * SATURATED:.0f} % used",
+            gid=REFERENCE,
+        )
 
 
 def state(report: Any) -> Any:
-    """Over time: requests waiting and running (all workers), KV blocks in use per worker
-    (each bucket's min-max band), the share of each bucket each worker ran passes, and with
-    offload tiers the blocks G2 and G3 hold, the requests waiting for them and the used share
-    of each kind of tier link."""
-    series = timeseries(report)
+    """Over time (each bucket's mean as a line, its min-max as a light band): requests waiting
+    and running (all workers), KV blocks in use per worker with each role's capacity, the
+    share of each bucket each worker ran passes, and with offload tiers the blocks G2 and G3
+    hold with their capacities (shaded red where above 95 % full), the requests waiting for
+    them and the used share of each kind of tier link (red above 95 %)."""
+    series = timeseries(report, TIME_POINTS)
+    cap = capacity(report)
 
     def each(name: str) -> list[str]:
         return [k for k in series if k.startswith(f"{name}[")]
 
-    panels = [
-        (["queued", "running"], "requests", False),
-        (each("kv_blocks_used"), "KV blocks in use", False),
-        (each("busy"), "busy share", True),
+    kv_limits = [
+        (blocks, f"capacity{'' if role == 'aggregated' else f' ({role})'}: {blocks:,}")
+        for role, blocks in cap.kv_blocks.items()
+    ]
+    if len({b for b, _ in kv_limits}) == 1:
+        kv_limits = [(kv_limits[0][0], f"capacity: {kv_limits[0][0]:,}")]
+    panels: list[tuple[list[str], str, bool, list[tuple[float, str]], Any]] = [
+        (["queued", "running"], "requests", True, [], None),
+        (each("kv_blocks_used"), "KV blocks in use", True, kv_limits, None),
+        (each("busy"), "busy share", False, [], None),
     ]
     if "g2_blocks_used" in series:
-        panels.append((["g2_blocks_used", "g3_blocks_used"], "blocks held in tier", False))
-        panels.append((["onboarding"], "requests onboarding", False))
+        # A panel per tier: G3 is often many times G2, which would flatten G2 on a shared axis.
+        for n, c in (("g2", cap.g2_blocks), ("g3", cap.g3_blocks)):
+            if c:
+                used = f"{n}_blocks_used"
+                limit = [(c, f"capacity: {c:,}")]
+                panels.append(([used], f"{n.upper()} blocks held", True, limit, [(used, c)]))
+        panels.append((["onboarding"], "requests onboarding", True, [], None))
         links = [k for k in series if k.endswith("_link_use")]
-        panels.append((links, "tier link use (mean)", True))
+        panels.append(
+            (links, "tier link use (mean)", False, [(1.0, "capacity")], [(k, 1.0) for k in links])
+        )
     fig, axes = _figure(len(panels), 1, height=2.6)
-    for ax, (names, ylabel, mean) in zip(axes.flat, panels, strict=True):
-        _bands(ax, series, names, mean)
+    for ax, (names, ylabel, band, limits, hot) in zip(axes.flat, panels, strict=True):
+        _bands(ax, series, names, band)
+        for value, label in limits:
+            _limit(ax, value, label)
+        if hot:
+            t = series[hot[0][0]][0]
+            share = np.max([series[name][1] / total for name, total in hot], axis=0)
+            _saturated(ax, t, share)
         ax.set_ylabel(ylabel)
+        if ax.get_ylim()[1] >= 10_000:
+            # 600k, not 600000: the fixed margin leaves the axis label room for few digits.
+            ax.yaxis.set_major_formatter(matplotlib().ticker.EngFormatter(sep=""))
         ax.set_xlabel("time (s)")
         ax.grid(alpha=0.3)
         if len(names) <= 16:
-            ax.legend(fontsize=7, ncol=min(len(names), 8))
+            _legend(ax)
     return fig
 
 
@@ -202,16 +268,23 @@ def links(report: Any) -> Any:
     use = report.summary.get("link_utilization") or []
     if not use:
         raise ValueError("this replay moved no KV over links (aggregated, or no bandwidth set)")
-    series = timeseries(report)
+    series = timeseries(report, TIME_POINTS)
     fig, axes = _figure(2, 1, height=2.8)
     over_time, overall = axes[0, 0], axes[1, 0]
-    _bands(over_time, series, [k for k in series if k.startswith("link_utilization[")], True)
+    names = [k for k in series if k.startswith("link_utilization[")]
+    _bands(over_time, series, names, band=False)
+    _limit(over_time, 1.0, "capacity")
+    t = series[names[0]][0]
+    _saturated(over_time, t, np.max([series[name][1] for name in names], axis=0))
     over_time.set_xlabel("time (s)")
     over_time.set_ylabel("used share (mean per bucket)")
     over_time.grid(alpha=0.3)
     if len(use) <= 16:
-        over_time.legend(fontsize=7, ncol=min(len(use), 8))
-    overall.bar(link_names(report.config), use)
+        _legend(over_time)
+    bars = overall.bar(link_names(report.config), use)
+    for bar, u in zip(bars, use, strict=True):
+        if u > SATURATED:
+            bar.set_color("red")
     overall.axhline(1.0, linestyle="--", color="gray", linewidth=1, gid=REFERENCE)
     overall.set_ylabel("used share of the replay")
     overall.tick_params(axis="x", labelrotation=30, labelsize=7)

@@ -18,6 +18,7 @@ from dynosim._dependencies import matplotlib
 from dynosim._files import write_atomic
 from dynosim._version import VERSION
 from dynosim.views import figures
+from dynosim.views.describe import deployment, rejections, saturation, used_config
 from dynosim.views.tables import (
     HEADLINE,
     LATENCY_ROWS,
@@ -41,6 +42,8 @@ solid #dde2ea}table.kv th{font-weight:500;color:#3a4556}td.unit{color:#7a8494}
 figure{margin:8px 0 18px}figure svg{max-width:100%;height:auto}figcaption{color:#5a6475;
 font-size:13px}pre{background:#f5f7fa;padding:10px;overflow:auto;font-size:12px}
 .scroll{overflow-x:auto;max-width:100%}
+.warn{background:#fff4d6;border-left:4px solid #d99a00;padding:8px 12px;margin:8px 0 14px}
+.warn p{margin:2px 0}.warn p.more{padding-left:1.5em;color:#4a4030}
 """
 
 
@@ -90,28 +93,6 @@ def _trace_name(report: Any) -> str:
     return str(lookup(report.provenance, "trace.name") or "workload")
 
 
-def _describe(report: Any) -> str:
-    """One line on the deployment: serving mode, workers, GPUs, engine and timing."""
-    c = report.config
-    cluster = c["cluster"]
-    if cluster["mode"] == "disaggregated":
-        workers = (
-            f"disaggregated, {cluster['num_prefill_workers']} prefill + "
-            f"{cluster['num_decode_workers']} decode workers"
-        )
-    else:
-        workers = f"aggregated, {cluster['num_workers']} workers"
-    engine = c["engine"]
-    backend = engine.get("backend", "vllm")
-    layout = f"TP{engine['tensor_parallel_size']}"
-    if engine.get("data_parallel_size", 1) > 1:
-        layout += f" x DP{engine['data_parallel_size']}"
-    return (
-        f"{workers} ({layout}, {report.summary['num_gpus']} GPUs), {backend} engine, "
-        f"{c['timing']['model']} timing"
-    )
-
-
 def _provenance(report: Any) -> str:
     """What made the report: dynosim version, configuration hash, trace, derived settings."""
     p = report.provenance
@@ -134,16 +115,30 @@ def _provenance(report: Any) -> str:
     return f'<table class="kv">{table}</table>{derived}'
 
 
-def _config(config: Mapping[str, Any]) -> str:
-    text = yaml.safe_dump(dict(config), sort_keys=False)
-    return f"<pre>{html.escape(text)}</pre>"
+def _config(report: Any) -> str:
+    text = yaml.safe_dump(used_config(report), sort_keys=False)
+    return (
+        "<p>Every setting with the value the replay used (each engine flavour's defaults "
+        "filled in; settings it had no use for left out). The JSON report keeps the "
+        f"configuration as given.</p><pre>{html.escape(text)}</pre>"
+    )
+
+
+def _warnings(report: Any) -> str:
+    """The warnings a replay calls for, in a box at the top of its page: rejected requests
+    (how many, the share, each reason) and each link or tier used above 95 %; "" when none."""
+    refused = rejections(report)
+    lines = [f"<p><b>{html.escape(refused[0])}</b></p>"] if refused else []
+    lines += [f'<p class="more">{html.escape(line)}</p>' for line in refused[1:]]
+    lines += [f"<p><b>{html.escape(line)}</b></p>" for line in saturation(report)]
+    return f'<div class="warn" id="warnings">{"".join(lines)}</div>' if lines else ""
 
 
 def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
     """The HTML page of one replay: summary and latency tables, latency CDFs, rates and state
     over time, per-worker load and rejections, link use, configuration and provenance."""
     s = report.summary
-    summary = f'<div class="row">{headline(s)}{latencies(s)}</div>'
+    summary = f'{_warnings(report)}<div class="row">{headline(s)}{latencies(s)}</div>'
     rejected = s.get("rejections_by_reason") or {}
     if rejected:
         summary += "<p>Rejected, by reason:</p>" + plain(sorted(rejected.items()))
@@ -160,8 +155,9 @@ def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
             if "g2_blocks_used" in report.timeseries
             else ""
         )
-        + ": each time bucket's maximum, shaded down to its minimum; the share of each bucket "
-        "each worker ran passes.",
+        + ": each time bucket's mean, its minimum to maximum lightly shaded, dashed the "
+        "capacities, red where a tier or link ran above 95 % of its capacity; the share of "
+        "each bucket each worker ran passes.",
     )
     load = _figure(
         figures.load(report),
@@ -173,8 +169,8 @@ def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
         load += _figure(
             figures.links(report),
             "links",
-            "Used share of each KV-transfer link's capacity: per time bucket, and over the "
-            "whole replay.",
+            "Used share of each KV-transfer link's capacity: each time bucket's mean (red "
+            "where a link ran above 95 %), and over the whole replay (red bars above 95 %).",
         )
     sections = [
         ("Summary", summary),
@@ -189,11 +185,11 @@ def replay_page(report: Any, path: str | os.PathLike[str] | None = None) -> str:
         ),
         ("Over time", over_time),
         ("Load", load),
-        ("Configuration", _config(report.config)),
+        ("Configuration", _config(report)),
         ("Provenance", _provenance(report)),
     ]
     title = f"dynosim replay: {_trace_name(report)}"
-    return _deliver(_page(title, _describe(report), sections), path)
+    return _deliver(_page(title, deployment(report), sections), path)
 
 
 #: What the compare page puts side by side: summary keys, a label and a unit.
@@ -273,26 +269,50 @@ def compare_page(
         ),
     ]
     title = f"dynosim: {la} vs {lb}"
-    subtitle = f"{la}: {_describe(a)}. {lb}: {_describe(b)}. Trace: {', '.join(sorted(traces))}."
+    subtitle = f"{la}: {deployment(a)}. {lb}: {deployment(b)}. Trace: {', '.join(sorted(traces))}."
     return _deliver(_page(title, subtitle, sections), path)
 
 
-#: Columns of the candidate tables on the Pareto page.
+#: Columns of the candidate tables on the Pareto page after the GPUs, the SLA's statistics
+#: and its verdict, each with its header.
 _CANDIDATE_COLUMNS = (
-    "mode",
-    "workers",
-    "gpus",
-    "output_tps_per_gpu",
-    "tps_per_user",
-    "ttft_p90_ms",
-    "tpot_mean_ms",
-    "sla_met",
+    ("output_tps_per_gpu", "tok/s/GPU"),
+    ("tps_per_user", "tok/s/user"),
+    ("mode", "mode"),
+    ("workers", "workers"),
 )
 
 
-def _candidates(rows: Sequence[Mapping[str, Any]], settings: Sequence[str]) -> str:
-    columns = ("index", *settings, *_CANDIDATE_COLUMNS)
-    return plain([[_shown(r.get(c)) for c in columns] for r in rows], columns)
+def _verdict(row: Mapping[str, Any]) -> str:
+    return "met" if row["sla_met"] else (row["sla_misses"] or "missed")
+
+
+def _candidates(rows: Sequence[Mapping[str, Any]], settings: Sequence[str], sla: Any) -> str:
+    """A table of replayed candidates, fewest GPUs first: GPUs, the statistics the SLA limits
+    (TTFT p90 and mean TPOT when it limits none), whether it is met, then throughput, mode,
+    workers, the settings and the candidate's number."""
+    limited = sla.limits() or {"ttft_ms": ("p90", None), "tpot_ms": ("mean", None)}
+    stats = [(f"{m.removesuffix('_ms')}_{st}_ms", m, st) for m, (st, _) in limited.items()]
+    head = [
+        "GPUs",
+        *(f"{m.removesuffix('_ms').upper()} {st} (ms)" for _, m, st in stats),
+        "SLA",
+        *(h for _, h in _CANDIDATE_COLUMNS),
+        *settings,
+        "candidate",
+    ]
+    table = [
+        [
+            _shown(r["gpus"]),
+            *(_shown(r.get(key)) for key, _, _ in stats),
+            _verdict(r),
+            *(_shown(r.get(c)) for c, _ in _CANDIDATE_COLUMNS),
+            *(_shown(r.get(c)) for c in settings),
+            _shown(r["index"]),
+        ]
+        for r in sorted(rows, key=lambda r: (r["gpus"], r["index"]))
+    ]
+    return plain(table, head)
 
 
 def _shown(value: Any) -> str:
@@ -315,25 +335,35 @@ def pareto_page(
     tokens/s/user, aggregated and disaggregated apart, the SLA-feasible side, the front
     (``front``, or the result's own Pareto front) and the pick; then the pick, why (``why``:
     a header and rows of text, a plan's constraints of the pick and the runner-up), the front
-    and every candidate as tables."""
+    and every replayed candidate as tables leading with GPUs, the SLA's statistics and its
+    verdict, and the candidates that failed with their errors."""
     rows = result.rows
     front = result.pareto().rows if front is None else list(front)
     sla = result.sla
     # 1000 / mean TPOT is the x axis, so only a limit on mean TPOT is a line on it.
     floor = 1000.0 / sla.tpot_ms if sla.tpot_ms is not None and sla.tpot_stat == "mean" else None
     met = sum(1 for r in rows if r["sla_met"])
-    failed = sum(1 for r in rows if r["error"])
+    replayed = [r for r in rows if not r["error"]]
+    failed = len(rows) - len(replayed)
     limits = "; ".join(
         f"{m.removesuffix('_ms').upper()} {st} <= {v:g} ms" for m, (st, v) in sla.limits().items()
     )
     subtitle = (
-        f"{len(rows)} candidates replayed, {met} meet the SLA ({limits or 'no latency limit'}, "
-        f"every request completed), {failed} failed. dynosim {VERSION}."
+        f"{len(replayed)} candidates replayed, {met} meet the SLA "
+        f"({limits or 'no latency limit'}, every request completed), {failed} failed. "
+        f"dynosim {VERSION}."
     )
     chosen = (
         "<p>No candidate meets the SLA.</p>"
         if pick is None
-        else "<p>The pick (fewest GPUs meeting the SLA):</p>" + _candidates([pick], result.settings)
+        else "<p>The pick (fewest GPUs meeting the SLA):</p>"
+        + _candidates([pick], result.settings, sla)
+    )
+    not_replayed = (
+        "<p>These candidates did not replay (they are not plotted):</p>"
+        + plain([(r["index"], r["error"]) for r in rows if r["error"]], ("candidate", "error"))
+        if failed
+        else ""
     )
     caption = (
         "Each candidate's output tokens/s per GPU against tokens/s per user (1000 / mean "
@@ -348,8 +378,8 @@ def pareto_page(
             if why
             else []
         ),
-        ("Front", _candidates(front, result.settings) if front else "<p>Empty.</p>"),
-        ("Every candidate", _candidates(rows, result.settings)),
+        ("Front", _candidates(front, result.settings, sla) if front else "<p>Empty.</p>"),
+        ("Every replayed candidate", _candidates(replayed, result.settings, sla) + not_replayed),
     ]
     return _deliver(_page(title, subtitle, sections), path)
 

@@ -71,18 +71,52 @@ def link_names(config: dict[str, Any]) -> list[str]:
 Series = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def timeseries(report: Any) -> dict[str, Series]:
-    """The report's time series as ``{name: (t_s, mean, min, max)}`` over its buckets; a
-    series with a column per worker or link gives one entry per column, ``name[label]``."""
+def bucket_widths(report: Any) -> np.ndarray:
+    """How long the replay covered each bucket of its time series (ms): the bucket width,
+    less for a last bucket the replay ended inside."""
+    ts = report.timeseries
+    starts = np.asarray(ts["time_ms"], dtype=float)
+    if not len(starts):
+        return starts
+    end = max(float(report.summary["duration_ms"]), float(starts[-1]))
+    return np.minimum(np.diff(np.append(starts, end)), float(ts["interval_ms"]))
+
+
+def _merge(
+    t: np.ndarray, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray, w: np.ndarray, points: int
+) -> Series:
+    """Runs of adjacent buckets merged into at most ``points`` buckets: each run's start, its
+    time-weighted mean (weights ``w``, ms covered), its least minimum and its greatest
+    maximum, so a spike stays in the maximum however many buckets merge."""
+    k = -(-len(t) // points) if points > 0 else 1
+    if k <= 1:
+        return t, mean, lo, hi
+    starts = np.arange(0, len(t), k)
+    covered = np.add.reduceat(w, starts)
+    weighted = np.add.reduceat(mean * w[:, None] if mean.ndim > 1 else mean * w, starts)
+    safe = np.where(covered > 0, covered, 1.0)
+    merged = weighted / (safe[:, None] if mean.ndim > 1 else safe)
+    return t[starts], merged, np.minimum.reduceat(lo, starts), np.maximum.reduceat(hi, starts)
+
+
+def timeseries(report: Any, points: int | None = None) -> dict[str, Series]:
+    """The report's time series as ``{name: (t_s, mean, min, max)}`` over its buckets, or
+    over at most ``points`` buckets made of runs of them (the mean time-weighted, the min and
+    max of the run: a long replay drawn in a few hundred buckets per line); a series with a
+    column per worker or link gives one entry per column, ``name[label]``."""
     ts = report.timeseries
     t = np.asarray(ts["time_ms"], dtype=float) / 1000.0
+    widths = bucket_widths(report)
     out: dict[str, Series] = {}
     for name, part in ts.items():
         if not isinstance(part, dict):
             continue
         mean, lo, hi = (np.asarray(part[k], dtype=float) for k in ("mean", "min", "max"))
+        run_t = t
+        if points is not None:
+            run_t, mean, lo, hi = _merge(t, mean, lo, hi, widths, points)
         if mean.ndim == 1:
-            out[name] = (t, mean, lo, hi)
+            out[name] = (run_t, mean, lo, hi)
             continue
         columns = mean.shape[1]
         if name == "link_utilization":
@@ -90,8 +124,17 @@ def timeseries(report: Any) -> dict[str, Series]:
         else:
             labels = worker_names(report.config, columns)
         for k, label in enumerate(labels):
-            out[f"{name}[{label}]"] = (t, mean[:, k], lo[:, k], hi[:, k])
+            out[f"{name}[{label}]"] = (run_t, mean[:, k], lo[:, k], hi[:, k])
     return out
 
 
-__all__ = ["MAX_POINTS", "Series", "cdf", "link_names", "rate", "timeseries", "worker_names"]
+__all__ = [
+    "MAX_POINTS",
+    "Series",
+    "bucket_widths",
+    "cdf",
+    "link_names",
+    "rate",
+    "timeseries",
+    "worker_names",
+]

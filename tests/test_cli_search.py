@@ -224,3 +224,19 @@ def test_a_manifest_with_the_chunking_flag_changed_fails_validation(tmp_path, ca
     printed = capsys.readouterr().out
     assert "enable_chunked_prefill turns chunked prefill off" in printed
     assert "chunked_prefill is on (simulated on)" in printed
+
+
+@needs_aic
+def test_plan_applies_its_backend_to_a_config_base(tmp_path, capsys):
+    # A base naming an SGLang-only setting and no backend: --backend sglang makes it valid,
+    # another backend names the setting.
+    base = tmp_path / "base.yaml"
+    base.write_text("engine:\n  schedule_policy: lpm\n")
+    argv = [*PLAN, "--config", str(base), "--sla-ttft-ms", "600", "--sla-tpot-ms", "30"]
+    argv += ["--max-gpus", "2", "--tp", "1", "--no-render"]
+    out = tmp_path / "o"
+    assert main([*argv, "--backend", "sglang", "-o", str(out)]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert main([*argv, "--backend", "vllm", "-o", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "schedule_policy" in err and str(base) in err

@@ -117,3 +117,28 @@ def test_readme_replay_and_report_examples_run(line, words, tmp_path, monkeypatc
     for written in ("run.json", "report.json"):
         if written in argv:
             assert json.loads(Path(written).read_text())["summary"]["num_requests"] > 0
+
+
+_PLAN = next(
+    (n, w)
+    for n, w in COMMANDS
+    if w[:2] == ["dynosim", "plan"] and "trace.jsonl" in w and "--executor" not in w
+)
+
+
+@pytest.mark.skipif(not have("aiconfigurator_core"), reason="needs the aic extra")
+def test_the_readme_plan_example_finds_a_deployment_on_the_real_trace(
+    tmp_path, monkeypatch, capsys
+):
+    # The README's first plan: TensorRT-LLM's default engine rejects the trace's long prompts,
+    # so the pick must come from the engine-settings search, reject nothing and validate.
+    line, words = _PLAN
+    monkeypatch.chdir(tmp_path)
+    files = _files(tmp_path)
+    argv = [str(files.get(w, w)) for w in words[1:]] + ["--no-progress"]
+    assert main(argv) == 0, f"README:{line}: {capsys.readouterr().err}"
+    out = capsys.readouterr().out
+    assert "pick:" in out and "no request rejected" in out
+    out_dir = Path(argv[argv.index("-o") + 1])
+    manifest, candidate = out_dir / "k8s_deploy.yaml", out_dir / "candidate.yaml"
+    assert main(["validate", str(manifest), "--candidate", str(candidate)]) == 0

@@ -18,7 +18,7 @@ from conftest import needs_aic
 
 import dynosim
 from dynosim.bench import offline_replay_bench as bench
-from dynosim.cli import EXIT_BAD_INPUT, main
+from dynosim.cli import COMMANDS, EXIT_BAD_INPUT, main
 from dynosim.cli.common import EXIT_REJECTED
 from dynosim.views.describe import capacity, saturation, used_config
 from dynosim.views.series import bucket_widths, timeseries
@@ -289,13 +289,22 @@ def test_capacities_and_saturation_are_drawn_and_said(long_disagg):
     assert 'id="warnings"' in page and "KV-transfer link" in page
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["replay", "--help"]])
-def test_help_and_version_import_no_configuration_models(argv):
+@pytest.mark.parametrize(
+    ("entry", "argv"),
+    [
+        ("dynosim.cli", ["--help"]),
+        ("dynosim.cli", ["--version"]),
+        *(("dynosim.cli", [command, "--help"]) for command in COMMANDS),
+        ("dynosim.bench", ["--help"]),  # offline_replay_bench
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else value,
+)
+def test_help_and_version_import_no_configuration_models(entry, argv):
     # What makes a start slow is what it imports (pydantic's models, numpy, the planner):
-    # measured in the report as times, checked here as imports.
+    # measured in the report as times, checked here as imports, for every command's --help.
     script = (
         "import sys\n"
-        "from dynosim.cli import main\n"
+        f"from {entry} import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
         "heavy = ('pydantic', 'numpy', 'matplotlib', 'rich', 'dynosim.plan', 'dynosim.config')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"

@@ -22,10 +22,11 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO, Any, get_args
+from typing import IO, TYPE_CHECKING, Any
 
+from dynosim import _core
+from dynosim._defaults import DEFAULT_NUM_GPU_BLOCKS, DEFAULTS, ROUTERS, flavour_setting
 from dynosim._files import atomic_open
-from dynosim._validation import suggestion
 from dynosim._version import VERSION
 from dynosim.cli.common import (
     EXIT_REJECTED,
@@ -37,26 +38,19 @@ from dynosim.cli.common import (
     typed,
 )
 from dynosim.cli.output import check_outputs
-from dynosim.cli.summary import render_summary
-from dynosim.compare.aisimulate import (
-    AISIMULATE_VERSION,
-    RELEASES,
-    RUN_TIMEOUT_S,
-    AisimulateReplay,
-)
-from dynosim.compare.dynamo import DynamoReplay
-from dynosim.compare.peer import LINK_MODELS, PeerRun, metric_rows
-from dynosim.config import DEFAULT_NUM_GPU_BLOCKS, ClusterConfig, SimConfig
+from dynosim.compare.releases import AISIMULATE_VERSION, RELEASES, RUN_TIMEOUT_S
 from dynosim.errors import ConfigError, MissingExtraError
-from dynosim.replay import replay
-from dynosim.report import Report
-from dynosim.workload import load_trace
+
+# The configuration models, the replay, the reports and the peers import pydantic and numpy:
+# imported where they are used, so that --help starts without them (as dynosim's commands do).
+if TYPE_CHECKING:
+    from dynosim.compare.peer import PeerRun
+    from dynosim.config import SimConfig
+    from dynosim.report import Report
 
 #: Exit code when two iterations' canonical reports differ (0: all equal; see dynosim.cli.common
 #: for bad input and failed simulations).
 EXIT_NONDETERMINISTIC = 3
-
-_ROUTERS: tuple[str, ...] = get_args(ClusterConfig.model_fields["router"].annotation)
 
 
 class PeakRss:
@@ -106,6 +100,9 @@ def run_iteration(
 ) -> tuple[Report, IterationTiming]:
     """Load ``trace`` (``trace_block_size`` tokens per hash id) and replay it under ``config``;
     return the report and the iteration's timing."""
+    from dynosim.replay import replay
+    from dynosim.workload import load_trace
+
     rss.reset()
     wall0, cpu0 = time.perf_counter(), time.process_time()
     workload = load_trace(trace, trace_block_size=trace_block_size)
@@ -143,7 +140,10 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    d = SimConfig()  # defaults come from the core; the help shows them
+    # The defaults the help shows come from the core (read without the configuration models).
+    cluster, engine = DEFAULTS["cluster"], DEFAULTS["engine"]
+    block_size = flavour_setting(engine["backend"], "block_size", engine["block_size"])
+    budget = _core.engine_pass_token_budget(json.dumps(engine))
     p = Parser(
         prog="offline_replay_bench",
         description="Replay a trace with dynosim, time every iteration (trace load + replay), "
@@ -163,28 +163,28 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         metavar="N",
-        help=f"workers (default {d.cluster.num_workers})",
+        help=f"workers (default {cluster['num_workers']})",
     )
     p.add_argument(
         "--num-prefill-workers",
         "--prefill-workers",
         type=int,
         metavar="N",
-        help=f"disagg: prefill workers (default {d.cluster.num_prefill_workers})",
+        help=f"disagg: prefill workers (default {cluster['num_prefill_workers']})",
     )
     p.add_argument(
         "--num-decode-workers",
         "--decode-workers",
         type=int,
         metavar="N",
-        help=f"disagg: decode workers (default {d.cluster.num_decode_workers})",
+        help=f"disagg: decode workers (default {cluster['num_decode_workers']})",
     )
     p.add_argument(
         "--router-mode",
         "--router",
-        default=d.cluster.router,
+        default=cluster["router"],
         metavar="MODE",
-        help=f"how requests are spread over workers; dynosim has: {', '.join(_ROUTERS)}",
+        help=f"how requests are spread over workers; dynosim has: {', '.join(ROUTERS)}",
     )
     p.add_argument(
         "--arrival-speedup-ratio",
@@ -192,12 +192,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="R",
         help="divide every inter-arrival gap by R "
-        f"(default {d.cluster.arrival_speedup_ratio:g}; Dynamo's own bench defaults to 4)",
+        f"(default {cluster['arrival_speedup_ratio']:g}; Dynamo's own bench defaults to 4)",
     )
     p.add_argument(
         "--backend",
         choices=["vllm", "sglang", "trtllm"],
-        help=f"the serving engine modelled (default {d.engine.backend}); --compare runs the "
+        help=f"the serving engine modelled (default {engine['backend']}); --compare runs the "
         "peer's engine of the same name",
     )
     p.add_argument(
@@ -211,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         "--block-size",
         type=int,
         metavar="TOKENS",
-        help=f"tokens per KV block (default {d.engine.setting('block_size')})",
+        help=f"tokens per KV block (default {block_size})",
     )
     p.add_argument(
         "--num-gpu-blocks",
@@ -223,14 +223,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-seqs",
         type=int,
         metavar="N",
-        help=f"most running requests per rank (default {d.engine.max_num_seqs})",
+        help=f"most running requests per rank (default {engine['max_num_seqs']})",
     )
     p.add_argument(
         "--max-num-batched-tokens",
         type=int,
         metavar="TOKENS",
-        help=f"token budget of one pass (default {d.engine.pass_token_budget}; trtllm: its "
-        "max_num_tokens)",
+        help=f"token budget of one pass (default {budget}; trtllm: its max_num_tokens)",
     )
     p.add_argument(
         "--kv-bytes-per-token", type=float, metavar="BYTES", help="disagg: KV bytes of one token"
@@ -331,11 +330,15 @@ _BUDGET = {"trtllm": "max_num_tokens"}
 def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SimConfig:
     """The SimConfig the flags describe (defaults from dynosim); flag conflicts end the
     program through ``parser.error`` (exit status 2)."""
+    from dynosim._validation import suggestion
+    from dynosim.compare.peer import LINK_MODELS
+    from dynosim.config import SimConfig
+
     router = args.router_mode.replace("-", "_")  # Dynamo spells it round-robin
-    if router not in _ROUTERS:
+    if router not in ROUTERS:
         parser.error(
             f"{typed(args, 'router_mode')} {args.router_mode}: not available in dynosim yet; "
-            f"choose from {', '.join(_ROUTERS)}{suggestion(router, _ROUTERS)}"
+            f"choose from {', '.join(ROUTERS)}{suggestion(router, ROUTERS)}"
         )
     if args.iterations < 1:
         parser.error(f"--iterations must be at least 1, got {args.iterations}")
@@ -469,6 +472,8 @@ def comparison_table(
     (dynosim - peer) / peer."""
     from rich.table import Table
 
+    from dynosim.compare.peer import metric_rows
+
     def median(values: Any) -> float:
         return statistics.median(list(values))
 
@@ -518,6 +523,9 @@ def _open(files: ExitStack, path: Path | None) -> IO[str] | None:
 def make_peer(args: argparse.Namespace, config: SimConfig, rss: PeakRss) -> Peer | None:
     """The simulator ``--compare`` names, checked (and AISimulate built) so that an unusable
     trace, setting or install fails before any replay; None without ``--compare``."""
+    from dynosim.compare.aisimulate import AisimulateReplay
+    from dynosim.compare.dynamo import DynamoReplay
+
     name = _PEERS.get(args.compare or "")
     if args.compare == "dynamo":
         dynamo = DynamoReplay(args.trace, config, args.trace_block_size)
@@ -544,6 +552,8 @@ def make_peer(args: argparse.Namespace, config: SimConfig, rss: PeakRss) -> Peer
 
 def _run(args: argparse.Namespace, config: SimConfig) -> int:
     from rich.console import Console
+
+    from dynosim.cli.summary import render_summary
 
     console = Console()
     rss = PeakRss()

@@ -8,9 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from dynosim._files import make_dirs, write_atomic
 from dynosim.cli.common import (
@@ -29,16 +27,10 @@ from dynosim.cli.rows import (
     text_table,
     wide_console,
 )
-from dynosim.deploy import RenderOptions
 from dynosim.errors import MissingExtraError
-from dynosim.plan import PlanResult, plan
-from dynosim.plan.planner import SETTINGS
-from dynosim.views.pages import pareto_page
 
-#: The row columns a plan prints (the layout names the TP, DP and EP sizes).
-SHOWN = tuple(
-    s for s in SETTINGS if s not in ("tp", "prefill_tp", "decode_tp", "dp", "ep", "within_max_gpus")
-)
+if TYPE_CHECKING:
+    from dynosim.plan import PlanResult
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -157,6 +149,21 @@ def _header(result: PlanResult, args: argparse.Namespace, source: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: the planner (numpy, AIC's tables), the deployments and the pages,
+    # which plan --help does not need.
+    import yaml
+
+    from dynosim.deploy import RenderOptions
+    from dynosim.plan import plan
+    from dynosim.plan.planner import SETTINGS
+    from dynosim.views.pages import pareto_page
+
+    # The row columns a plan prints (the layout names the TP, DP and EP sizes).
+    shown = tuple(
+        s
+        for s in SETTINGS
+        if s not in ("tp", "prefill_tp", "decode_tp", "dp", "ep", "within_max_gpus")
+    )
     if args.sla_ttft_ms is None and args.sla_tpot_ms is None:
         raise UsageError("plan needs an SLA: --sla-ttft-ms and/or --sla-tpot-ms")
     out: Path = check_output_dir(
@@ -236,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     if result.pick is None:
         console.print(
             rows_table(
-                "no candidate meets the SLA; the closest:", result.closest(5), SHOWN, result.sla
+                "no candidate meets the SLA; the closest:", result.closest(5), shown, result.sla
             )
         )
         if why:
@@ -246,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         rows_table(
             "ranked candidates (each layout's fewest GPUs meeting the SLA)",
             result.ranked,
-            SHOWN,
+            shown,
             result.sla,
         )
     )

@@ -10,8 +10,6 @@ from typing import Any
 
 from dynosim.cli.common import EXIT_FAILED, UsageError
 from dynosim.cli.output import check_output_dir
-from dynosim.deploy import RenderOptions, load_candidate, render_dgd, validate_manifest
-from dynosim.workload import SyntheticWorkload, load_trace
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -36,6 +34,11 @@ def add_parser(sub: Any, line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: dynosim.deploy imports the configuration models and AIC's
+    # tables, which render --help does not need.
+    from dynosim.deploy import RenderOptions, load_candidate, render_dgd, validate_manifest
+    from dynosim.workload import SyntheticWorkload, load_trace
+
     check_output_dir(args.output, "-o", ("k8s_deploy.yaml",))
     lengths = [f for f, v in (("--isl", args.isl), ("--osl", args.osl)) if v is not None]
     if args.trace is not None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim._defaults import ROUTERS
 from dynosim.cli import measured
 from dynosim.cli.common import (
     EXIT_REJECTED,
@@ -63,7 +64,7 @@ def add_parser(sub: Any, line: str) -> None:
         "--router",
         "--router-mode",
         type=lambda name: name.replace("-", "_"),  # Dynamo spells it round-robin
-        choices=["round_robin", "random", "kv_aware"],
+        choices=ROUTERS,
         help="request routing",
     )
     r.add_argument("--concurrency", type=int, help="closed loop: at most N sessions in flight")

@@ -11,8 +11,6 @@ from dynosim._dependencies import matplotlib
 from dynosim.cli.common import UsageError, missing_extra_is_bad_input
 from dynosim.cli.output import check_output
 from dynosim.errors import MissingExtraError
-from dynosim.report import load_report
-from dynosim.views.pages import compare_page
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -43,6 +41,11 @@ def add_parser(sub: Any, line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: reports and pages import numpy and pydantic's models, which
+    # report --help does not need.
+    from dynosim.report import load_report
+    from dynosim.views.pages import compare_page
+
     paths: list[Path] = args.reports
     if len(paths) > 2:
         raise UsageError(f"report takes one or two reports, got {len(paths)}")

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynosim.cli.common import name_flags, typed
 from dynosim.errors import ConfigError
-from dynosim.plan import Sla
+
+if TYPE_CHECKING:
+    from dynosim.plan import Sla
 
 #: Short headers of the plan's settings.
 _HEADERS = {"replicas": "workers", "prefill_workers": "prefill", "decode_workers": "decode"}
@@ -47,6 +49,10 @@ def add_search_arguments(parser: Any) -> None:
 
 def sla_from_args(args: argparse.Namespace) -> Sla:
     """The SLA the flags give; a bad limit is named by the flag as typed."""
+    # Here, not at the top: dynosim.plan imports the planner (numpy, AIC's tables), which
+    # sweep --help and plan --help do not need.
+    from dynosim.plan import Sla
+
     try:
         return Sla(
             ttft_ms=args.sla_ttft_ms,

@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from dynosim.config import config_json_schema
-
 
 def add_parser(sub: Any, line: str) -> None:
     """The ``schema`` subcommand."""
@@ -16,6 +14,8 @@ def add_parser(sub: Any, line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the schema; exit 0."""
+    from dynosim.config import config_json_schema  # pydantic's models: not for --help
+
     print(json.dumps(config_json_schema(), indent=2, sort_keys=True))
     return 0
 

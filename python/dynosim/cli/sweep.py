@@ -25,10 +25,7 @@ from dynosim.cli.rows import (
     sla_from_args,
     wide_console,
 )
-from dynosim.config import load_config
 from dynosim.errors import MissingExtraError
-from dynosim.plan import Space, sweep
-from dynosim.views.pages import pareto_page
 
 #: Rows are appended here as replays finish; it is removed once the complete files exist.
 PARTIAL = "results.partial.jsonl"
@@ -72,6 +69,12 @@ def add_parser(sub: Any, line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: the configuration models, the planner (numpy, AIC's tables) and
+    # the pages, which sweep --help does not need.
+    from dynosim.config import load_config
+    from dynosim.plan import Space, sweep
+    from dynosim.views.pages import pareto_page
+
     out: Path = check_output_dir(args.output, "-o", (*COMPLETE, PARTIAL))
     space = Space.load(args.space)
     base = load_config(args.config)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.cli.common import EXIT_FAILED
-from dynosim.deploy import load_candidate, validate_manifest
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -26,6 +25,10 @@ def add_parser(sub: Any, line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: dynosim.deploy imports the configuration models and AIC's
+    # tables, which validate --help does not need.
+    from dynosim.deploy import load_candidate, validate_manifest
+
     candidate = load_candidate(args.candidate) if args.candidate is not None else None
     problems = validate_manifest(args.manifest, candidate)
     for problem in problems:

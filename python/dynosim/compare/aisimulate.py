@@ -29,16 +29,10 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynosim.compare.aisimulate_build import (
-    BINARY_ENV,
-    DEFAULT_VERSION,
-    aisimulate_binary,
-    run_program,
-)
+from dynosim.compare.aisimulate_build import BINARY_ENV, aisimulate_binary, run_program
 from dynosim.compare.peer import (
     PeerRun,
     mocker_scheduling,
@@ -47,35 +41,12 @@ from dynosim.compare.peer import (
     polynomial_timing,
     round_robin,
 )
+from dynosim.compare.releases import AISIMULATE_VERSION, RELEASES, RUN_TIMEOUT_S, Release
 from dynosim.config import Resolved, RoleView, SimConfig, resolve
 from dynosim.errors import ConfigError, DynosimError
 
 PEER = "AISimulate"
 
-
-@dataclass(frozen=True)
-class Release:
-    """An ``aisimulate-core`` release the comparison builds on, and how its KV transfers use
-    links (a key of :data:`~dynosim.compare.peer.LINK_MODELS`)."""
-
-    version: str
-    link_model: str
-    #: Whether its G2/G3 tiers share their links max-min fairly like dynosim's (compared), or
-    #: are another model (FIFO transfer lanes per rank: refused).
-    offload_tiers: bool
-
-
-#: The releases ``--aisimulate-version`` takes, by version: the stable one (the default) and the
-#: development build whose P/D links are shared max-min fairly.
-RELEASES = {
-    r.version: r
-    for r in (
-        Release(DEFAULT_VERSION, link_model="line_rate", offload_tiers=False),
-        Release("0.13.0-dev.202611020000000092", link_model="max_min", offload_tiers=True),
-    )
-}
-#: The release compared with by default.
-AISIMULATE_VERSION = DEFAULT_VERSION
 #: The release whose offload tiers are compared.
 _TIERED = next(r.version for r in RELEASES.values() if r.offload_tiers)
 
@@ -90,10 +61,6 @@ def release(version: str) -> Release:
             f"{', '.join(RELEASES)}"
         ) from None
 
-
-#: Seconds one replay may take (the conversation trace takes about 6 s). AISimulate's SGLang
-#: engine can spin without progress on a request that never fits its cache.
-RUN_TIMEOUT_S = 600.0
 
 #: dynosim engine settings of every flavour and the binary's flags for them.
 _ENGINE_FLAGS = (

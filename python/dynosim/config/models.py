@@ -15,18 +15,20 @@ import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dynosim import _core
+from dynosim._defaults import (
+    DEFAULT_NUM_GPU_BLOCKS,
+    DEFAULTS,
+    ENGINE_DEFAULTS,
+    Router,
+    flavour_setting,
+)
 from dynosim._validation import StrictModel, shown
 from dynosim.errors import ConfigError
 
-_DEFAULTS: dict[str, Any] = json.loads(_core.default_config_json())
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())
 #: The core's upper bounds of sizes (``max_workers``, ``max_parallel``, ...): what a replay can
 #: hold. The core checks them; other models that map onto a configuration read them here.
 LIMITS: dict[str, Any] = json.loads(_core.config_limits_json())
-
-#: KV blocks of a rank whose configuration, model and GPU do not size it (the core's default,
-#: calibrated to no GPU).
-DEFAULT_NUM_GPU_BLOCKS: int = _DEFAULTS["engine"]["num_gpu_blocks"]
 
 #: The ``model`` tags of the timing sections (left out of error paths).
 TIMING_MODELS = frozenset({"polynomial", "fixed", "table", "op_tables", "aic"})
@@ -42,7 +44,7 @@ class _Settings(StrictModel):
 
 def _default(section: str, key: str, description: str) -> Any:
     """A field whose default is the core's."""
-    return Field(_DEFAULTS[section][key], description=description)
+    return Field(DEFAULTS[section][key], description=description)
 
 
 class ClusterConfig(_Settings):
@@ -64,7 +66,7 @@ class ClusterConfig(_Settings):
     arrival_speedup_ratio: float = _default(
         "cluster", "arrival_speedup_ratio", "Divides every inter-arrival gap of the trace."
     )
-    router: Literal["round_robin", "random", "kv_aware"] = _default(
+    router: Router = _default(
         "cluster",
         "router",
         "How requests are spread over workers: in turn, at random (seeded), or kv_aware: "
@@ -80,10 +82,6 @@ class ClusterConfig(_Settings):
         "Closed loop: at most this many sessions in flight (a request without a session is a "
         "session of one turn); trace timestamps of session starts are ignored.",
     )
-
-
-#: Every engine flavour's settings at their defaults, by backend name (from the core).
-ENGINE_DEFAULTS: dict[str, dict[str, Any]] = json.loads(_core.engine_defaults_json())
 
 
 def _flavour(name: str, description: str) -> Any:
@@ -207,8 +205,7 @@ class EngineConfig(_Settings):
 
     def setting(self, name: str) -> Any:
         """The value of setting ``name``: as set, else the flavour's default."""
-        value = getattr(self, name)
-        return ENGINE_DEFAULTS[self.backend].get(name) if value is None else value
+        return flavour_setting(self.backend, name, getattr(self, name))
 
     @property
     def pass_token_budget(self) -> int:

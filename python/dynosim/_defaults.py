@@ -1,6 +1,7 @@
-"""The core's defaults and the router names, read without pydantic or numpy: the configuration
-models (:mod:`dynosim.config.models`) take their defaults from here, and so does a command's
-``--help``, which shows them and must start fast."""
+"""The core's defaults and the names of its choices (routers, serving engines, serving modes),
+read without pydantic or numpy: the configuration models (:mod:`dynosim.config.models`) take
+their defaults and choices from here, and so does a command's ``--help``, which shows them and
+must start fast."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ DEFAULT_NUM_GPU_BLOCKS: int = DEFAULTS["engine"]["num_gpu_blocks"]
 Router = Literal["round_robin", "random", "kv_aware"]
 ROUTERS: tuple[str, ...] = get_args(Router)
 
+#: The serving engines modelled (``engine.backend``), each an engine flavour of the core
+#: (the keys of ``ENGINE_DEFAULTS``), in the order commands list them.
+Backend = Literal["trtllm", "vllm", "sglang"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+#: How workers serve (``cluster.mode``): each prefills and decodes, or prefill workers hand
+#: the KV to decode workers.
+Mode = Literal["aggregated", "disaggregated"]
+MODES: tuple[str, ...] = get_args(Mode)
+
 
 def flavour_setting(backend: str, name: str, value: Any) -> Any:
     """Engine setting ``name`` of a ``backend`` engine: ``value`` as set, else (None) the
@@ -31,10 +42,14 @@ def flavour_setting(backend: str, name: str, value: Any) -> Any:
 
 
 __all__ = [
+    "BACKENDS",
     "DEFAULTS",
     "DEFAULT_NUM_GPU_BLOCKS",
     "ENGINE_DEFAULTS",
+    "MODES",
     "ROUTERS",
+    "Backend",
+    "Mode",
     "Router",
     "flavour_setting",
 ]

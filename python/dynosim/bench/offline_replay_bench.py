@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from dynosim import _core
-from dynosim._defaults import DEFAULT_NUM_GPU_BLOCKS, DEFAULTS, ROUTERS, flavour_setting
+from dynosim._defaults import (
+    DEFAULT_NUM_GPU_BLOCKS,
+    DEFAULTS,
+    ENGINE_DEFAULTS,
+    ROUTERS,
+    flavour_setting,
+)
 from dynosim._files import atomic_open
 from dynosim._version import VERSION
 from dynosim.cli.common import (
@@ -196,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=["vllm", "sglang", "trtllm"],
+        choices=list(ENGINE_DEFAULTS),  # the core's engine flavours, in its order
         help=f"the serving engine modelled (default {engine['backend']}); --compare runs the "
         "peer's engine of the same name",
     )

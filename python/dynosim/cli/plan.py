@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim._defaults import BACKENDS, MODES
 from dynosim._files import make_dirs, write_atomic
 from dynosim.cli.common import (
     EXIT_FAILED,
@@ -56,7 +57,7 @@ def add_parser(sub: Any, line: str) -> None:
     add_workload_arguments(p)
     p.add_argument("--model", required=True, help="AIC model, e.g. Qwen/Qwen3-32B")
     p.add_argument("--system", required=True, help="AIC system, e.g. h200_sxm")
-    p.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], default="trtllm")
+    p.add_argument("--backend", choices=BACKENDS, default="trtllm")
     p.add_argument("--backend-version", help="engine release (default: the Dynamo release's)")
     p.add_argument(
         "--max-gpus", "--total-gpus", type=int, required=True, help="most GPUs a deployment may use"
@@ -75,8 +76,8 @@ def add_parser(sub: Any, line: str) -> None:
     p.add_argument(
         "--modes",
         nargs="+",
-        choices=["aggregated", "disaggregated"],
-        default=["aggregated", "disaggregated"],
+        choices=MODES,
+        default=list(MODES),
         help="serving modes",
     )
     e = p.add_argument_group("engine settings searched (default: a ladder around the engine's)")

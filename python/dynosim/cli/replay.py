@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynosim._defaults import ROUTERS
+from dynosim._defaults import BACKENDS, ROUTERS
 from dynosim.cli import measured
 from dynosim.cli.common import (
     EXIT_REJECTED,
@@ -80,7 +80,7 @@ def add_parser(sub: Any, line: str) -> None:
     m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
     m.add_argument(
         "--backend",
-        choices=["trtllm", "vllm", "sglang"],
+        choices=BACKENDS,
         help="serving engine: the engine flavour simulated (engine.backend), and the engine "
         "whose data AIC prices",
     )

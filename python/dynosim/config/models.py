@@ -19,6 +19,8 @@ from dynosim._defaults import (
     DEFAULT_NUM_GPU_BLOCKS,
     DEFAULTS,
     ENGINE_DEFAULTS,
+    Backend,
+    Mode,
     Router,
     flavour_setting,
 )
@@ -50,7 +52,7 @@ def _default(section: str, key: str, description: str) -> Any:
 class ClusterConfig(_Settings):
     """The cluster's workers and how the trace is played."""
 
-    mode: Literal["aggregated", "disaggregated"] = _default(
+    mode: Mode = _default(
         "cluster",
         "mode",
         "aggregated: every worker prefills and decodes; disaggregated: prefill workers hand "
@@ -95,7 +97,7 @@ class EngineConfig(_Settings):
     layout, and its flavour's scheduling settings. A flavour setting left unset takes the
     flavour's default (``ENGINE_DEFAULTS``); one of another flavour is an error."""
 
-    backend: Literal["vllm", "sglang", "trtllm"] = _default(
+    backend: Backend = _default(
         "engine",
         "backend",
         "The serving engine modelled: vllm, sglang or trtllm (and the engine an aic timing "
@@ -366,7 +368,7 @@ class AicTiming(_Settings):
     model: Literal["aic"] = "aic"
     model_name: str = Field(description="AIConfigurator model name, e.g. Qwen/Qwen3-32B.")
     system: str = Field(description="AIConfigurator system name, e.g. h200_sxm.")
-    backend: Literal["trtllm", "vllm", "sglang"] | None = Field(
+    backend: Backend | None = Field(
         _AIC_DEFAULTS["backend"],
         description="Serving engine whose measurements price the passes; unset: the backend "
         "of the engine this section times (set, it must be that one).",

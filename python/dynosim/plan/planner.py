@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import RootModel
 
 from dynosim._cache import default_cache_dir
+from dynosim._defaults import MODES
 from dynosim.aic import resolve_aic_timing
 from dynosim.aic.database import gpu_links_gbps
 from dynosim.aic.generator import dynamo_release
@@ -348,8 +349,8 @@ def _layouts(
 ) -> list[Layout]:
     out = []
     for mode in modes:
-        if mode not in ("aggregated", "disaggregated"):
-            raise ConfigError(f"modes: expected aggregated and/or disaggregated, got {mode!r}")
+        if mode not in MODES:
+            raise ConfigError(f"modes: expected {' and/or '.join(MODES)}, got {mode!r}")
     for name, values in (
         ("modes", modes),
         ("tp", tp),
@@ -387,7 +388,7 @@ def plan(
     max_gpus: int,
     backend: str = "trtllm",
     backend_version: str | None = None,
-    modes: Sequence[str] = ("aggregated", "disaggregated"),
+    modes: Sequence[str] = MODES,
     tp: Sequence[int] = (1, 2, 4, 8),
     prefill_tp: Sequence[int] | None = None,
     decode_tp: Sequence[int] | None = None,
@@ -860,8 +861,7 @@ class _Driver:
         if every:
             return [list(range(len(self.results)))]
         stages = [
-            [k for k, r in enumerate(self.results) if r.layout.mode == mode]
-            for mode in ("aggregated", "disaggregated")
+            [k for k, r in enumerate(self.results) if r.layout.mode == mode] for mode in MODES
         ]
         return [stage for stage in stages if stage]
 

@@ -34,6 +34,7 @@ from dynosim._defaults import (
 )
 from dynosim._files import atomic_open
 from dynosim._version import VERSION
+from dynosim._workload_defaults import TRACE_BLOCK_SIZE
 from dynosim.cli.common import (
     EXIT_REJECTED,
     Parser,
@@ -209,9 +210,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace-block-size",
         type=int,
-        default=512,
+        default=TRACE_BLOCK_SIZE,
         metavar="TOKENS",
-        help="tokens per trace hash id (default 512)",
+        help=f"tokens per trace hash id (default {TRACE_BLOCK_SIZE})",
     )
     p.add_argument(
         "--block-size",

@@ -1,7 +1,7 @@
-"""The core's defaults and the names of its choices (routers, serving engines, serving modes),
-read without pydantic or numpy: the configuration models (:mod:`dynosim.config.models`) take
-their defaults and choices from here, and so does a command's ``--help``, which shows them and
-must start fast."""
+"""The core's defaults and the names of its choices (routers, serving engines, serving modes,
+KV transfers' and offloads' models), read without pydantic or numpy: the configuration models
+(:mod:`dynosim.config.models`) take their defaults and choices from here, and so does a
+command's ``--help``, which shows them and must start fast."""
 
 from __future__ import annotations
 
@@ -34,6 +34,25 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 Mode = Literal["aggregated", "disaggregated"]
 MODES: tuple[str, ...] = get_args(Mode)
 
+#: How KV transfers share links (``kv_transfer.link_model``), the tokens they move
+#: (``kv_transfer.sizing``) and when a disaggregated request's first token counts
+#: (``kv_transfer.first_token``).
+LinkModel = Literal["max_min", "line_rate"]
+LINK_MODELS: tuple[str, ...] = get_args(LinkModel)
+TransferSizing = Literal["full_prompt", "destination_missing"]
+TRANSFER_SIZINGS: tuple[str, ...] = get_args(TransferSizing)
+FirstToken = Literal["kv_arrival", "first_decode_pass"]
+
+#: Whether a G3 link's reads and writes share one capacity (``offload.g3_duplex``), what a
+#: request does with blocks whose copy down is in flight (``offload.in_flight``), and whether
+#: offloads take time (``offload.writes``).
+G3Duplex = Literal["half", "full"]
+G3_DUPLEXES: tuple[str, ...] = get_args(G3Duplex)
+InFlight = Literal["wait", "recompute"]
+IN_FLIGHT: tuple[str, ...] = get_args(InFlight)
+OffloadWrites = Literal["flows", "free"]
+OFFLOAD_WRITES: tuple[str, ...] = get_args(OffloadWrites)
+
 
 def flavour_setting(backend: str, name: str, value: Any) -> Any:
     """Engine setting ``name`` of a ``backend`` engine: ``value`` as set, else (None) the
@@ -46,10 +65,21 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_NUM_GPU_BLOCKS",
     "ENGINE_DEFAULTS",
+    "G3_DUPLEXES",
+    "IN_FLIGHT",
+    "LINK_MODELS",
     "MODES",
+    "OFFLOAD_WRITES",
     "ROUTERS",
+    "TRANSFER_SIZINGS",
     "Backend",
+    "FirstToken",
+    "G3Duplex",
+    "InFlight",
+    "LinkModel",
     "Mode",
+    "OffloadWrites",
     "Router",
+    "TransferSizing",
     "flavour_setting",
 ]

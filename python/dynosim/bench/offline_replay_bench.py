@@ -29,6 +29,7 @@ from dynosim._defaults import (
     DEFAULT_NUM_GPU_BLOCKS,
     DEFAULTS,
     ENGINE_DEFAULTS,
+    LINK_MODELS,
     ROUTERS,
     flavour_setting,
 )
@@ -250,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--link-model",
-        choices=["max_min", "line_rate"],
+        choices=LINK_MODELS,
         help="disagg: links shared max-min fairly (dynosim's default) or every transfer at "
         "line rate (Dynamo's and AISimulate 0.13.0's model); with --compare the peer's model",
     )

@@ -20,6 +20,10 @@ ENGINE_DEFAULTS: dict[str, dict[str, Any]] = json.loads(_core.engine_defaults_js
 #: calibrated to no GPU).
 DEFAULT_NUM_GPU_BLOCKS: int = DEFAULTS["engine"]["num_gpu_blocks"]
 
+#: The share of GPU memory an engine gives weights, activations and KV (the core's default,
+#: vLLM's).
+DEFAULT_GPU_MEMORY_UTILIZATION: float = DEFAULTS["engine"]["gpu_memory_utilization"]
+
 #: How requests are spread over workers (``cluster.router``).
 Router = Literal["round_robin", "random", "kv_aware"]
 ROUTERS: tuple[str, ...] = get_args(Router)
@@ -63,6 +67,7 @@ def flavour_setting(backend: str, name: str, value: Any) -> Any:
 __all__ = [
     "BACKENDS",
     "DEFAULTS",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_NUM_GPU_BLOCKS",
     "ENGINE_DEFAULTS",
     "G3_DUPLEXES",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynosim._defaults import (
     BACKENDS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     G3_DUPLEXES,
     IN_FLIGHT,
     LINK_MODELS,
@@ -114,7 +115,7 @@ def add_parser(sub: Any, line: str) -> None:
         "--gpu-memory-utilization",
         type=float,
         help="share of GPU memory for weights, activations and KV, of every engine (default "
-        "0.9, vLLM's)",
+        f"{DEFAULT_GPU_MEMORY_UTILIZATION:g}, vLLM's)",
     )
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
     d.add_argument("--prefill-workers", "--num-prefill-workers", type=int, help="prefill workers")

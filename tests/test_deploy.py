@@ -601,7 +601,7 @@ def test_cli_render_reports_a_candidate_aic_cannot_render(aic, tmp_path, capsys)
             {"aggregated": {"replicas": "2", "max_batch_size": 8}},
             'candidate.aggregated.replicas: expected an integer, got "2"',
         ),
-        ({"backend": "tgi"}, "candidate.backend: Input should be 'vllm', 'sglang' or 'trtllm'"),
+        ({"backend": "tgi"}, "candidate.backend: Input should be 'trtllm', 'vllm' or 'sglang'"),
         ({"gpus": 8}, "candidate.gpus: unknown field"),
         ({"model": ""}, "candidate.model: String should have at least 1 character"),
     ],

@@ -221,6 +221,14 @@ def test_unset_engine_settings_read_their_flavours_defaults_from_the_core():
     assert engine.max_num_batched_tokens is None
 
 
+def test_the_backend_names_are_the_cores_engine_flavours():
+    # engine.backend's choices (and every command's --backend) are typed once in Python, as
+    # a Literal; the core holds the flavours themselves.
+    from dynosim._defaults import BACKENDS, ENGINE_DEFAULTS
+
+    assert sorted(BACKENDS) == sorted(ENGINE_DEFAULTS)
+
+
 def test_the_resolved_view_carries_the_tiers_rates_each_unset_one_from_its_link():
     assert dynosim.config.resolve(dynosim.SimConfig()).offload is None
     config = dynosim.load_config(

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dynosim._defaults import DEFAULT_GPU_MEMORY_UTILIZATION
 from dynosim.config import KvShape
 from dynosim.errors import ConfigError
 
@@ -359,7 +360,7 @@ def estimate_kv_capacity(
     model: str | os.PathLike[str],
     system: str,
     tp: int = 1,
-    memory_fraction: float = 0.9,
+    memory_fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     block_size: int = 64,
     dtype_bytes: int | None = None,
     *,
@@ -415,7 +416,7 @@ def aic_kv_capacity(
     block_size: int,
     max_num_batched_tokens: int,
     max_num_seqs: int,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     cache_dir: Path | None = None,
 ) -> KvCapacity:
     """The KV capacity of one rank of the engine an ``aic`` timing section describes (model,

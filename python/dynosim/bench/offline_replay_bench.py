@@ -25,9 +25,17 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from dynosim import _core
-from dynosim._defaults import DEFAULT_NUM_GPU_BLOCKS, DEFAULTS, ROUTERS, flavour_setting
+from dynosim._defaults import (
+    DEFAULT_NUM_GPU_BLOCKS,
+    DEFAULTS,
+    ENGINE_DEFAULTS,
+    LINK_MODELS,
+    ROUTERS,
+    flavour_setting,
+)
 from dynosim._files import atomic_open
 from dynosim._version import VERSION
+from dynosim._workload_defaults import TRACE_BLOCK_SIZE
 from dynosim.cli.common import (
     EXIT_REJECTED,
     Parser,
@@ -196,16 +204,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=["vllm", "sglang", "trtllm"],
+        choices=list(ENGINE_DEFAULTS),  # the core's engine flavours, in its order
         help=f"the serving engine modelled (default {engine['backend']}); --compare runs the "
         "peer's engine of the same name",
     )
     p.add_argument(
         "--trace-block-size",
         type=int,
-        default=512,
+        default=TRACE_BLOCK_SIZE,
         metavar="TOKENS",
-        help="tokens per trace hash id (default 512)",
+        help=f"tokens per trace hash id (default {TRACE_BLOCK_SIZE})",
     )
     p.add_argument(
         "--block-size",
@@ -243,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--link-model",
-        choices=["max_min", "line_rate"],
+        choices=LINK_MODELS,
         help="disagg: links shared max-min fairly (dynosim's default) or every transfer at "
         "line rate (Dynamo's and AISimulate 0.13.0's model); with --compare the peer's model",
     )

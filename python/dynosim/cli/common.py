@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim._workload_defaults import SYNTHETIC_SEED, TRACE_BLOCK_SIZE, TRACE_FORMATS
 from dynosim.errors import ConfigError, DynosimError, MissingExtraError, OutputError
 
 if TYPE_CHECKING:
@@ -220,15 +221,15 @@ def add_workload_arguments(parser: Any, extra_formats: tuple[str, ...] = ()) -> 
     g.add_argument("--rate", type=float, help="arrival rate (requests/s, Poisson)")
     g.add_argument("--count", type=int, help="number of requests")
     g.add_argument("--duration-s", type=float, help="or generate arrivals for this long (s)")
-    g.add_argument("--seed", type=int, help="generator seed (default 0)")
+    g.add_argument("--seed", type=int, help=f"generator seed (default {SYNTHETIC_SEED})")
     parser.add_argument(
         "--format",
-        choices=["mooncake", "azure", *extra_formats],
+        choices=[*TRACE_FORMATS, *extra_formats],
         help="trace format (default: by extension)"
         + ("; a measured run's with --measured (default: by content)" if extra_formats else ""),
     )
     parser.add_argument(
-        "--trace-block-size", type=int, default=512, help="tokens per trace hash id"
+        "--trace-block-size", type=int, default=TRACE_BLOCK_SIZE, help="tokens per trace hash id"
     )
 
 

@@ -10,7 +10,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim._defaults import BACKENDS, MODES
 from dynosim._files import make_dirs, write_atomic
+from dynosim._plan_defaults import (
+    DEFAULT_SEARCH,
+    PLAN_BACKEND,
+    PLAN_DP,
+    PLAN_EP,
+    PLAN_TP,
+    SEARCHES,
+)
 from dynosim.cli.common import (
     EXIT_FAILED,
     UsageError,
@@ -56,27 +65,31 @@ def add_parser(sub: Any, line: str) -> None:
     add_workload_arguments(p)
     p.add_argument("--model", required=True, help="AIC model, e.g. Qwen/Qwen3-32B")
     p.add_argument("--system", required=True, help="AIC system, e.g. h200_sxm")
-    p.add_argument("--backend", choices=["trtllm", "vllm", "sglang"], default="trtllm")
+    p.add_argument("--backend", choices=BACKENDS, default=PLAN_BACKEND)
     p.add_argument("--backend-version", help="engine release (default: the Dynamo release's)")
     p.add_argument(
         "--max-gpus", "--total-gpus", type=int, required=True, help="most GPUs a deployment may use"
     )
-    p.add_argument("--tp", type=int, nargs="+", default=[1, 2, 4, 8], help="TP sizes")
+    p.add_argument("--tp", type=int, nargs="+", default=list(PLAN_TP), help="TP sizes")
     p.add_argument(
-        "--dp", type=int, nargs="+", default=[1], help="DP ranks per worker (attention DP for MoE)"
+        "--dp",
+        type=int,
+        nargs="+",
+        default=list(PLAN_DP),
+        help="DP ranks per worker (attention DP for MoE)",
     )
     p.add_argument(
         "--ep",
         type=int,
         nargs="+",
-        default=[1],
+        default=list(PLAN_EP),
         help="expert-parallel sizes (MoE models): a worker's TP x DP GPUs split the experts",
     )
     p.add_argument(
         "--modes",
         nargs="+",
-        choices=["aggregated", "disaggregated"],
-        default=["aggregated", "disaggregated"],
+        choices=MODES,
+        default=list(MODES),
         help="serving modes",
     )
     e = p.add_argument_group("engine settings searched (default: a ladder around the engine's)")
@@ -124,8 +137,8 @@ def add_parser(sub: Any, line: str) -> None:
     )
     p.add_argument(
         "--search",
-        choices=["bisect", "grid"],
-        default="bisect",
+        choices=SEARCHES,
+        default=DEFAULT_SEARCH,
         help="bisection over worker counts (default) or the whole grid",
     )
     p.add_argument("--dynamo-version", help="Dynamo release to deploy (default: AIC's)")

@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynosim._defaults import ROUTERS
+from dynosim._defaults import (
+    BACKENDS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    G3_DUPLEXES,
+    IN_FLIGHT,
+    LINK_MODELS,
+    OFFLOAD_WRITES,
+    ROUTERS,
+    TRANSFER_SIZINGS,
+)
 from dynosim.cli import measured
 from dynosim.cli.common import (
     EXIT_REJECTED,
@@ -80,7 +89,7 @@ def add_parser(sub: Any, line: str) -> None:
     m.add_argument("--system", help="AIC system (e.g. h200_sxm)")
     m.add_argument(
         "--backend",
-        choices=["trtllm", "vllm", "sglang"],
+        choices=BACKENDS,
         help="serving engine: the engine flavour simulated (engine.backend), and the engine "
         "whose data AIC prices",
     )
@@ -106,7 +115,7 @@ def add_parser(sub: Any, line: str) -> None:
         "--gpu-memory-utilization",
         type=float,
         help="share of GPU memory for weights, activations and KV, of every engine (default "
-        "0.9, vLLM's)",
+        f"{DEFAULT_GPU_MEMORY_UTILIZATION:g}, vLLM's)",
     )
     d = r.add_argument_group("disaggregated serving (giving either worker count selects it)")
     d.add_argument("--prefill-workers", "--num-prefill-workers", type=int, help="prefill workers")
@@ -121,10 +130,8 @@ def add_parser(sub: Any, line: str) -> None:
         "--decode-kv-bandwidth-gbps", type=float, help="each decode worker's receive link, GB/s"
     )
     d.add_argument("--kv-bytes-per-token", type=float, help="KV bytes of one token")
-    d.add_argument("--link-model", choices=["max_min", "line_rate"], help="link sharing model")
-    d.add_argument(
-        "--transfer-sizing", choices=["full_prompt", "destination_missing"], help="tokens moved"
-    )
+    d.add_argument("--link-model", choices=LINK_MODELS, help="link sharing model")
+    d.add_argument("--transfer-sizing", choices=TRANSFER_SIZINGS, help="tokens moved")
     o = r.add_argument_group("KV offload tiers (need --kv-bytes-per-token)")
     o.add_argument("--g2-blocks", type=int, help="G2 (host memory) blocks per rank")
     o.add_argument("--g3-blocks", type=int, help="G3 (disk) blocks per rank, or of the pool")
@@ -138,17 +145,17 @@ def add_parser(sub: Any, line: str) -> None:
             o.add_argument(f"--{tiers}-{way}-gbps", type=float, help=f"{tiers} {what} only, GB/s")
     o.add_argument(
         "--g3-duplex",
-        choices=["half", "full"],
+        choices=G3_DUPLEXES,
         help="G3 reads and writes share one capacity (half, default) or have one each",
     )
     o.add_argument(
         "--in-flight",
-        choices=["wait", "recompute"],
+        choices=IN_FLIGHT,
         help="blocks whose copy down is in flight: recompute (default) or wait and onboard",
     )
     o.add_argument(
         "--offload-writes",
-        choices=["flows", "free"],
+        choices=OFFLOAD_WRITES,
         help="offloads are flows that take time (default) or free",
     )
     s = r.add_argument_group("SLA (goodput counts the completed requests within every limit given)")

@@ -8,6 +8,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dynosim._plan_defaults import (
+    DEFAULT_EXECUTOR,
+    DEFAULT_TPOT_STAT,
+    DEFAULT_TTFT_STAT,
+    EXECUTORS,
+    STATS,
+)
 from dynosim.cli.common import name_flags, typed
 from dynosim.errors import ConfigError
 
@@ -17,8 +24,6 @@ if TYPE_CHECKING:
 #: Short headers of the plan's settings.
 _HEADERS = {"replicas": "workers", "prefill_workers": "prefill", "decode_workers": "decode"}
 
-_STATS = ["mean", "p50", "p75", "p90", "p95", "p99", "max"]
-
 
 def add_search_arguments(parser: Any) -> None:
     """The SLA flags and the executor flags."""
@@ -26,16 +31,22 @@ def add_search_arguments(parser: Any) -> None:
     s.add_argument("--sla-ttft-ms", "--ttft", type=float, help="TTFT limit (ms)")
     s.add_argument("--sla-tpot-ms", "--tpot", type=float, help="TPOT limit (ms)")
     s.add_argument(
-        "--sla-percentile", choices=_STATS, default="p90", help="TTFT statistic limited (p90)"
+        "--sla-percentile",
+        choices=STATS,
+        default=DEFAULT_TTFT_STAT,
+        help=f"TTFT statistic limited ({DEFAULT_TTFT_STAT})",
     )
     s.add_argument(
-        "--sla-tpot-stat", choices=_STATS, default="mean", help="TPOT statistic limited (mean)"
+        "--sla-tpot-stat",
+        choices=STATS,
+        default=DEFAULT_TPOT_STAT,
+        help=f"TPOT statistic limited ({DEFAULT_TPOT_STAT})",
     )
     e = parser.add_argument_group("where replays run")
     e.add_argument(
         "--executor",
-        choices=["threads", "processes", "ray"],
-        default="threads",
+        choices=EXECUTORS,
+        default=DEFAULT_EXECUTOR,
         help="thread pool (default), process pool, or Ray tasks (pip install 'dynosim[ray]')",
     )
     e.add_argument("--jobs", type=int, help="parallel replays (default: the CPU count)")

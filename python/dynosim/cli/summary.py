@@ -8,6 +8,9 @@ from typing import Any
 from dynosim.report import Report
 from dynosim.views.describe import deployment, rejections, saturation
 
+#: The statistics of the latency table, its columns in order.
+_LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "max")
+
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
@@ -126,13 +129,13 @@ def render_summary(report: Report, source: str) -> Any:
         head.add_row(name, value)
     lat = Table(title="latency (ms)", title_justify="left")
     lat.add_column("metric", style="bold")
-    for col in ("mean", "p50", "p90", "p99", "max"):
+    for col in _LATENCY_COLUMNS:
         lat.add_column(col, justify="right", no_wrap=True)
     for metric in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         d = s[metric]
         lat.add_row(
             metric.removesuffix("_ms").upper(),
-            *(_fmt_ms(d[c]) for c in ("mean", "p50", "p90", "p99", "max")),
+            *(_fmt_ms(d[c]) for c in _LATENCY_COLUMNS),
         )
     from rich.console import Group
     from rich.text import Text

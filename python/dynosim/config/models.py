@@ -19,7 +19,15 @@ from dynosim._defaults import (
     DEFAULT_NUM_GPU_BLOCKS,
     DEFAULTS,
     ENGINE_DEFAULTS,
+    Backend,
+    FirstToken,
+    G3Duplex,
+    InFlight,
+    LinkModel,
+    Mode,
+    OffloadWrites,
     Router,
+    TransferSizing,
     flavour_setting,
 )
 from dynosim._validation import StrictModel, shown
@@ -50,7 +58,7 @@ def _default(section: str, key: str, description: str) -> Any:
 class ClusterConfig(_Settings):
     """The cluster's workers and how the trace is played."""
 
-    mode: Literal["aggregated", "disaggregated"] = _default(
+    mode: Mode = _default(
         "cluster",
         "mode",
         "aggregated: every worker prefills and decodes; disaggregated: prefill workers hand "
@@ -95,7 +103,7 @@ class EngineConfig(_Settings):
     layout, and its flavour's scheduling settings. A flavour setting left unset takes the
     flavour's default (``ENGINE_DEFAULTS``); one of another flavour is an error."""
 
-    backend: Literal["vllm", "sglang", "trtllm"] = _default(
+    backend: Backend = _default(
         "engine",
         "backend",
         "The serving engine modelled: vllm, sglang or trtllm (and the engine an aic timing "
@@ -366,7 +374,7 @@ class AicTiming(_Settings):
     model: Literal["aic"] = "aic"
     model_name: str = Field(description="AIConfigurator model name, e.g. Qwen/Qwen3-32B.")
     system: str = Field(description="AIConfigurator system name, e.g. h200_sxm.")
-    backend: Literal["trtllm", "vllm", "sglang"] | None = Field(
+    backend: Backend | None = Field(
         _AIC_DEFAULTS["backend"],
         description="Serving engine whose measurements price the passes; unset: the backend "
         "of the engine this section times (set, it must be that one).",
@@ -451,19 +459,19 @@ class KvTransferConfig(_Settings):
         "decode_bandwidth_gbps",
         "Each decode rank's receive link (GB/s); unset: bandwidth_gbps.",
     )
-    link_model: Literal["max_min", "line_rate"] | None = _default(
+    link_model: LinkModel | None = _default(
         "kv_transfer",
         "link_model",
         "max_min (default with a bandwidth): transfers share links max-min fairly; "
         "line_rate: every transfer at full bandwidth (Dynamo's model).",
     )
-    sizing: Literal["full_prompt", "destination_missing"] | None = _default(
+    sizing: TransferSizing | None = _default(
         "kv_transfer",
         "sizing",
         "Tokens a transfer moves: the full prompt (default) or only the blocks the decode "
         "worker does not cache.",
     )
-    first_token: Literal["kv_arrival", "first_decode_pass"] | None = _default(
+    first_token: FirstToken | None = _default(
         "kv_transfer",
         "first_token",
         "When a request's first token counts: when its KV lands on the decode worker "
@@ -543,19 +551,19 @@ class OffloadConfig(_Settings):
         "g2_g3_write_gbps",
         "G2->G3 (offload) rate, GB/s, as g2_g3_read_gbps is for reads; unset: g2_g3_gbps.",
     )
-    g3_duplex: Literal["half", "full"] = _default(
+    g3_duplex: G3Duplex = _default(
         "offload",
         "g3_duplex",
         "half: a G3 link's reads and writes share one capacity (a storage service); full: one "
         "capacity per direction.",
     )
-    in_flight: Literal["wait", "recompute"] = _default(
+    in_flight: InFlight = _default(
         "offload",
         "in_flight",
         "A request finding prompt blocks whose copy down is still in flight: wait for it and "
         "onboard them, or recompute them (a tier offers a block once its copy has landed).",
     )
-    writes: Literal["flows", "free"] = _default(
+    writes: OffloadWrites = _default(
         "offload",
         "writes",
         "flows: an offload is a copy on its tier link and a block is a hit below once it lands; "

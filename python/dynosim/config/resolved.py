@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import TypeAdapter
 
 from dynosim import _core
+from dynosim._defaults import FirstToken, LinkModel, TransferSizing
 from dynosim.config.models import EngineConfig, TimingConfig
 
 if TYPE_CHECKING:
@@ -45,9 +46,9 @@ class TransferView:
     bytes_per_token: float | None
     send_gbps: float | None
     recv_gbps: float | None
-    link_model: Literal["max_min", "line_rate"] | None
-    sizing: Literal["full_prompt", "destination_missing"]
-    first_token: Literal["kv_arrival", "first_decode_pass"]
+    link_model: LinkModel | None
+    sizing: TransferSizing
+    first_token: FirstToken
 
 
 @dataclass(frozen=True)

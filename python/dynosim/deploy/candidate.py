@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from dynosim._defaults import Backend, Mode
 from dynosim._validation import StrictModel, shown
 from dynosim.config import (
     LIMITS,
@@ -142,10 +143,10 @@ class Candidate(StrictModel):
     """
 
     _root = "candidate"
-    mode: Literal["aggregated", "disaggregated"]
+    mode: Mode
     model: str = Field(min_length=1, strict=True)
     system: str = Field(min_length=1, strict=True)
-    backend: Literal["vllm", "sglang", "trtllm"]
+    backend: Backend
     backend_version: str = Field(min_length=1, strict=True)
     block_size: int = Field(strict=True, description="Tokens per KV block (a power of two).")
     context_length: int | None = Field(

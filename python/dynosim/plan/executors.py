@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynosim import _core, _dependencies
+from dynosim._plan_defaults import DEFAULT_EXECUTOR, EXECUTORS
 from dynosim._validation import shown
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.plan.resources import PROCESS_BYTES, check_memory, parallel_jobs
 from dynosim.workload import TraceColumns
 from dynosim.workload.prepared import PreparedWorkload
-
-#: Executors named by a string.
-NAMED = ("threads", "processes", "ray")
 
 
 @dataclass(frozen=True)
@@ -139,17 +137,17 @@ class Runner:
         if isinstance(executor, cf.Executor):
             if jobs is not None:
                 raise ConfigError(
-                    "jobs: applies to the named executors (threads, processes, ray); an "
+                    f"jobs: applies to the named executors ({', '.join(EXECUTORS)}); an "
                     "Executor instance has its own workers"
                 )
             self._use(executor)
             self.jobs = getattr(executor, "_max_workers", None) or os.cpu_count() or 1
             return
-        name = "threads" if executor is None else executor
-        if name not in NAMED:
+        name = DEFAULT_EXECUTOR if executor is None else executor
+        if name not in EXECUTORS:
             raise ConfigError(
-                f"executor: expected one of {', '.join(NAMED)} or a concurrent.futures.Executor, "
-                f"got {shown(executor)}"
+                f"executor: expected one of {', '.join(EXECUTORS)} or a "
+                f"concurrent.futures.Executor, got {shown(executor)}"
             )
         if name != "ray":  # a Ray cluster's CPUs and memory are its own
             self.jobs = parallel_jobs(jobs, tasks, force=force)
@@ -279,4 +277,4 @@ class Runner:
         self.close()
 
 
-__all__ = ["NAMED", "Outcome", "Runner"]
+__all__ = ["Outcome", "Runner"]

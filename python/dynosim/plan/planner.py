@@ -33,6 +33,15 @@ import numpy as np
 from pydantic import RootModel
 
 from dynosim._cache import default_cache_dir
+from dynosim._defaults import MODES
+from dynosim._plan_defaults import (
+    DEFAULT_SEARCH,
+    PLAN_BACKEND,
+    PLAN_DP,
+    PLAN_EP,
+    PLAN_TP,
+    SEARCHES,
+)
 from dynosim.aic import resolve_aic_timing
 from dynosim.aic.database import gpu_links_gbps
 from dynosim.aic.generator import dynamo_release
@@ -90,9 +99,6 @@ SETTINGS = (
     "decode_workers",
     "within_max_gpus",
 )
-
-#: How a plan searches each layout.
-SEARCHES = ("bisect", "grid")
 
 #: Layouts whose other engine settings are searched at once, after every layout's reference
 #: setting: the most promising first (fewest GPUs, then closest to the SLA), each wave below
@@ -348,8 +354,8 @@ def _layouts(
 ) -> list[Layout]:
     out = []
     for mode in modes:
-        if mode not in ("aggregated", "disaggregated"):
-            raise ConfigError(f"modes: expected aggregated and/or disaggregated, got {mode!r}")
+        if mode not in MODES:
+            raise ConfigError(f"modes: expected {' and/or '.join(MODES)}, got {mode!r}")
     for name, values in (
         ("modes", modes),
         ("tp", tp),
@@ -385,14 +391,14 @@ def plan(
     system: str,
     sla: Sla | Mapping[str, Any],
     max_gpus: int,
-    backend: str = "trtllm",
+    backend: str = PLAN_BACKEND,
     backend_version: str | None = None,
-    modes: Sequence[str] = ("aggregated", "disaggregated"),
-    tp: Sequence[int] = (1, 2, 4, 8),
+    modes: Sequence[str] = MODES,
+    tp: Sequence[int] = PLAN_TP,
     prefill_tp: Sequence[int] | None = None,
     decode_tp: Sequence[int] | None = None,
-    dp: Sequence[int] = (1,),
-    ep: Sequence[int] = (1,),
+    dp: Sequence[int] = PLAN_DP,
+    ep: Sequence[int] = PLAN_EP,
     chunked_prefill: Sequence[bool] | None = None,
     token_budgets: Sequence[int] | None = None,
     max_batch_size: Sequence[int] | None = None,
@@ -400,7 +406,7 @@ def plan(
     kv_link_gbps: float | None = None,
     base: SimConfig | Mapping[str, Any] | str | Path | None = None,
     offload: Mapping[str, Any] | None = None,
-    search: str = "bisect",
+    search: str = DEFAULT_SEARCH,
     tolerance: float = 0.02,
     executor: Any = None,
     jobs: int | None = None,
@@ -860,8 +866,7 @@ class _Driver:
         if every:
             return [list(range(len(self.results)))]
         stages = [
-            [k for k, r in enumerate(self.results) if r.layout.mode == mode]
-            for mode in ("aggregated", "disaggregated")
+            [k for k, r in enumerate(self.results) if r.layout.mode == mode] for mode in MODES
         ]
         return [stage for stage in stages if stage]
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
+from dynosim._plan_defaults import DEFAULT_TPOT_STAT, DEFAULT_TTFT_STAT, Stat
 from dynosim._validation import StrictModel
 from dynosim.errors import ConfigError
-
-#: Statistics of a latency distribution an SLA may limit (keys of a report's summary).
-Stat = Literal["mean", "p50", "p75", "p90", "p95", "p99", "max"]
 
 
 class Sla(StrictModel):
@@ -28,8 +26,8 @@ class Sla(StrictModel):
     _root = "sla"
     ttft_ms: float | None = Field(None, gt=0, allow_inf_nan=False, description="TTFT limit (ms).")
     tpot_ms: float | None = Field(None, gt=0, allow_inf_nan=False, description="TPOT limit (ms).")
-    ttft_stat: Stat = Field("p90", description="The TTFT statistic limited.")
-    tpot_stat: Stat = Field("mean", description="The TPOT statistic limited.")
+    ttft_stat: Stat = Field(DEFAULT_TTFT_STAT, description="The TTFT statistic limited.")
+    tpot_stat: Stat = Field(DEFAULT_TPOT_STAT, description="The TPOT statistic limited.")
 
     @classmethod
     def coerce(cls, value: Sla | Mapping[str, Any] | None) -> Sla:

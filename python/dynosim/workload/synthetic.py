@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
+from dynosim._workload_defaults import SYNTHETIC_SEED, TRACE_BLOCK_SIZE
 from dynosim.errors import WorkloadError
 from dynosim.workload.base import LENGTH_TAGS, WorkloadModel
 from dynosim.workload.columns import TraceColumns, check_size, fresh_hash_ids
@@ -200,8 +201,8 @@ class SyntheticWorkload(WorkloadModel):
     burstiness: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True)
     prefix_groups: int | None = Field(None, ge=1, strict=True)
     prefix_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, strict=True)
-    seed: int = Field(0, ge=0, strict=True)
-    trace_block_size: int = Field(512, gt=0, lt=MAX_LENGTH, strict=True)
+    seed: int = Field(SYNTHETIC_SEED, ge=0, strict=True)
+    trace_block_size: int = Field(TRACE_BLOCK_SIZE, gt=0, lt=MAX_LENGTH, strict=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from dynosim._workload_defaults import TRACE_BLOCK_SIZE, TraceFormat
 from dynosim.errors import WorkloadError
 from dynosim.workload.azure import read_azure
 from dynosim.workload.base import WorkloadModel
@@ -30,8 +31,8 @@ class TraceWorkload(WorkloadModel):
 
     kind: Literal["trace"] = "trace"
     path: Path | None = None
-    format: Literal["mooncake", "azure"] | None = None
-    trace_block_size: int = Field(512, gt=0, strict=True)
+    format: TraceFormat | None = None
+    trace_block_size: int = Field(TRACE_BLOCK_SIZE, gt=0, strict=True)
     _columns: TraceColumns | None = PrivateAttr(default=None)
     _sha256: str | None = PrivateAttr(default=None)
 
@@ -104,7 +105,7 @@ class TraceWorkload(WorkloadModel):
 
 def load_trace(
     path: str | os.PathLike[str],
-    trace_block_size: int = 512,
+    trace_block_size: int = TRACE_BLOCK_SIZE,
     format: str | None = None,
 ) -> TraceWorkload:
     """Read and validate a whole trace file now and return it as a loaded :class:`TraceWorkload`.

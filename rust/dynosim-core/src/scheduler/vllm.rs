@@ -32,6 +32,8 @@ pub(super) struct Seq {
     pub(super) private: u32,
     /// Prompt blocks already looked up or named.
     pub(super) named: u32,
+    /// Full prompt blocks (those with identities).
+    pub(super) prompt_blocks: u32,
     pub(super) in_pass: bool,
     /// Tokens scheduled in the current pass.
     pub(super) pass_tokens: u32,
@@ -57,13 +59,16 @@ impl Seq {
         self.slots.len() as u32 + self.private
     }
 
-    /// Give the cache identities of the prompt blocks (`ids`) that are full now, so later
+    /// Give the cache identities of the prompt blocks (by `ids`) that are full now, so later
     /// requests can share them; a block another request cached first stays private.
-    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &[BlockId], block_size: u32) {
-        // Decode steps land here once every prompt block is named: skip the division.
-        if self.named as usize == ids.len() {
+    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &BlockIds, block_size: u32) {
+        // Decode steps land here once every prompt block is named: skip the identities'
+        // lookup and the division.
+        if self.named == self.prompt_blocks {
             return;
         }
+        let ids = ids.of(self.request as usize);
+        debug_assert_eq!(ids.len(), self.prompt_blocks as usize);
         let full = (self.computed / block_size).min(ids.len() as u32);
         self.name_blocks_until(cache, ids, full);
     }
@@ -253,6 +258,7 @@ impl VllmScheduler {
         seq.computed = 0;
         seq.prefilling = true;
         seq.named = 0;
+        seq.prompt_blocks = self.ids.of(i).len() as u32;
         seq.in_pass = false;
         seq.finished = false;
         seq.tier_checked = false;
@@ -337,7 +343,7 @@ impl VllmScheduler {
         seq.pass_tokens = n;
         seq.computed += n;
         seq.in_pass = true;
-        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
+        seq.name_full_blocks(&mut self.cache, &self.ids, bs);
         self.in_pass.push(id);
     }
 
@@ -675,7 +681,7 @@ impl Engine for VllmScheduler {
         seq.computed = seq.prompt;
         seq.prefilling = false;
         seq.queued_ms = now;
-        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
+        seq.name_full_blocks(&mut self.cache, &self.ids, bs);
         if !first_token_now {
             // A zero-token step on the next pass emits the first token (generated stays 0).
             self.running.push(handle);

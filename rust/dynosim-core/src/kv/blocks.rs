@@ -281,16 +281,22 @@ impl KvCache {
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
-        let all = &mut self.slots;
+        // Freed blocks are written into the queue by position, its length settled once at
+        // the end: a push would check and store it per block.
         let queued = self.lru.len();
-        self.lru.reserve(slots.len());
-        self.lru.extend(slots.iter().rev().filter_map(|&slot| {
-            let s = &mut all[slot as usize];
+        self.lru.resize(queued + slots.len(), (0, 0));
+        let mut end = queued;
+        for &slot in slots.iter().rev() {
+            let s = &mut self.slots[slot as usize];
             s.refcount -= 1;
-            (s.refcount == 0).then_some((slot, s.stamp))
-        }));
+            if s.refcount == 0 {
+                self.lru[end] = (slot, s.stamp);
+                end += 1;
+            }
+        }
+        self.lru.truncate(end);
         // The blocks no request holds any more, counted once.
-        let freed = (self.lru.len() - queued) as u32;
+        let freed = (end - queued) as u32;
         self.active -= freed;
         self.inactive += freed;
     }

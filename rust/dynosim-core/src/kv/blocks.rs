@@ -314,12 +314,15 @@ impl KvCache {
             type Output = usize;
             fn run<S: Slots>(self, index: &mut S) -> usize {
                 let Evict { mut lru, spare, n } = self;
-                // An extend of known length: one capacity check for all the slots spared.
-                spare.extend((0..n).map(|_| {
+                // Slots spared are written by position: a push would check and store the
+                // length per block.
+                let spared = spare.len();
+                spare.resize(spared + n as usize, 0);
+                for top in &mut spare[spared..] {
                     let slot = lru.pop(index);
                     lru.slots[slot as usize].id = NO_ID;
-                    slot
-                }));
+                    *top = slot;
+                }
                 lru.head
             }
         }

@@ -896,8 +896,11 @@ impl Engine for VllmScheduler {
         self.last_pass.1 = now;
         let mut any_left = false;
         let pass_start = self.pricing.pass_start_ms();
+        // Read once, not per request: the stores to a request could alias them otherwise.
+        let prefill_role = self.role == Role::Prefill;
+        let seqs = &mut self.seqs[..];
         for &id in &self.in_pass {
-            let seq = &mut self.seqs[id as usize];
+            let seq = &mut seqs[id as usize];
             seq.in_pass = false;
             let prompt_done = seq.computed == seq.target();
             if let (Some(start), true) = (pass_start, seq.prefilling) {
@@ -909,7 +912,7 @@ impl Engine for VllmScheduler {
             seq.prefilling = false;
             seq.generated += 1;
             let r = seq.request as usize;
-            if self.role == Role::Prefill {
+            if prefill_role {
                 // The first token counts once the KV reaches the decode worker.
                 self.handoffs.push((seq.request, id));
                 self.held_for_transfer += 1;
@@ -939,7 +942,6 @@ impl Engine for VllmScheduler {
         }
         self.in_pass.clear();
         if any_left {
-            let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
         #[cfg(debug_assertions)]

@@ -59,6 +59,8 @@ impl WeightedSamples {
 /// 2^-4 = 6.25 % apart.
 const CDF_MANTISSA_BITS: u32 = 4;
 const CDF_SHIFT: u32 = 52 - CDF_MANTISSA_BITS;
+/// Bins of the positive samples: every bit pattern below the sign bit.
+const CDF_BINS: usize = 1 << (63 - CDF_SHIFT);
 
 /// The share of samples at or below each of a bounded number of values, to draw the CDF of
 /// millions of samples at a fixed size. A positive sample falls into the bin of its binary
@@ -75,8 +77,9 @@ pub struct Cdf {
 /// The bins of a [`Cdf`] as samples arrive.
 struct CdfBins {
     /// By the top bits of a positive sample: for positive finite doubles the order of the bits
-    /// is the order of the values, so bin k holds the samples whose top bits are k.
-    bins: Vec<u64>,
+    /// is the order of the values, so bin k holds the samples whose top bits are k. An array
+    /// of fixed size: a bin's index, masked to it, needs no bounds check.
+    bins: Box<[u64; CDF_BINS]>,
     zero: u64,
     total: u64,
 }
@@ -84,7 +87,7 @@ struct CdfBins {
 impl Default for CdfBins {
     fn default() -> Self {
         CdfBins {
-            bins: vec![0; 1 << (63 - CDF_SHIFT)],
+            bins: vec![0; CDF_BINS].try_into().unwrap(),
             zero: 0,
             total: 0,
         }
@@ -95,7 +98,8 @@ impl CdfBins {
     #[inline(always)]
     fn add(&mut self, v: f64, c: u64) {
         if v > 0.0 {
-            self.bins[(v.to_bits() >> CDF_SHIFT) as usize] += c;
+            // A positive sample's sign bit is clear: the mask changes no index.
+            self.bins[(v.to_bits() >> CDF_SHIFT) as usize & (CDF_BINS - 1)] += c;
         } else {
             self.zero += c;
         }

@@ -218,7 +218,15 @@ impl KvCache {
     /// stays private).
     #[inline(always)]
     pub fn register(&mut self, id: BlockId) -> Option<u32> {
-        register_in(&mut self.slot_of, &mut self.slots, &mut self.spare, id)
+        let mut spared = self.spare.len();
+        let named = register_in(
+            &mut self.slot_of,
+            &mut self.slots,
+            (&self.spare, &mut spared),
+            id,
+        );
+        self.spare.truncate(spared);
+        named
     }
 
     /// `register` each of `ids` in turn, appending the slots named to `slots`; returns how
@@ -234,15 +242,29 @@ impl KvCache {
         impl WithForm for Register<'_> {
             type Output = ();
             fn run<S: Slots>(self, index: &mut S) {
-                for &id in self.ids {
-                    if let Some(slot) = register_in(index, self.slots, self.spare, id) {
-                        self.out.push(slot);
+                let Register {
+                    slots,
+                    spare,
+                    ids,
+                    out,
+                } = self;
+                // Slots named are written into `out` by position and spare ones taken from
+                // the top by count, both lengths settled once at the end: a push and a pop
+                // would each check and store a length per block.
+                let start = out.len();
+                out.resize(start + ids.len(), 0);
+                let (mut named, mut spared) = (start, spare.len());
+                for &id in ids {
+                    if let Some(slot) = register_in(index, slots, (spare, &mut spared), id) {
+                        out[named] = slot;
+                        named += 1;
                     }
                 }
+                out.truncate(named);
+                spare.truncate(spared);
             }
         }
         let before = slots.len();
-        slots.reserve(ids.len());
         self.slot_of.with_form(Register {
             slots: &mut self.slots,
             spare: &mut self.spare,
@@ -259,15 +281,24 @@ impl KvCache {
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
+        // Freed blocks are written into the queue by position, its length settled once at
+        // the end: a push would check and store it per block.
+        let queued = self.lru.len();
+        self.lru.resize(queued + slots.len(), (0, 0));
+        let mut end = queued;
         for &slot in slots.iter().rev() {
             let s = &mut self.slots[slot as usize];
             s.refcount -= 1;
             if s.refcount == 0 {
-                self.active -= 1;
-                self.inactive += 1;
-                self.lru.push((slot, s.stamp));
+                self.lru[end] = (slot, s.stamp);
+                end += 1;
             }
         }
+        self.lru.truncate(end);
+        // The blocks no request holds any more, counted once.
+        let freed = (end - queued) as u32;
+        self.active -= freed;
+        self.inactive += freed;
     }
 
     /// Evict the `n` least recently used inactive blocks, the index's form matched once for
@@ -279,23 +310,29 @@ impl KvCache {
             n: u32,
         }
         impl WithForm for Evict<'_> {
-            type Output = ();
-            fn run<S: Slots>(mut self, index: &mut S) {
-                for _ in 0..self.n {
-                    let slot = self.lru.pop(index);
-                    self.lru.slots[slot as usize].id = NO_ID;
-                    self.spare.push(slot);
+            /// The queue's head after the evictions.
+            type Output = usize;
+            fn run<S: Slots>(self, index: &mut S) -> usize {
+                let Evict { mut lru, spare, n } = self;
+                // Slots spared are written by position: a push would check and store the
+                // length per block.
+                let spared = spare.len();
+                spare.resize(spared + n as usize, 0);
+                for top in &mut spare[spared..] {
+                    let slot = lru.pop(index);
+                    lru.slots[slot as usize].id = NO_ID;
+                    *top = slot;
                 }
+                lru.head
             }
         }
-        self.spare.reserve(n as usize);
         let lru = Lru {
             queue: &self.lru,
-            head: &mut self.lru_head,
+            head: self.lru_head,
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
         };
-        self.slot_of.with_form(Evict {
+        self.lru_head = self.slot_of.with_form(Evict {
             lru,
             spare: &mut self.spare,
             n,
@@ -309,25 +346,30 @@ impl KvCache {
     /// `evictions`.
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
-        Lru {
+        let mut lru = Lru {
             queue: &self.lru,
-            head: &mut self.lru_head,
+            head: self.lru_head,
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
-        }
-        .pop(&mut self.slot_of)
+        };
+        let slot = lru.pop(&mut self.slot_of);
+        self.lru_head = lru.head;
+        slot
     }
 
     /// A slot (a spare one if any) holding the absent identity `id`, findable by it.
     #[inline(always)]
     fn name_slot(&mut self, id: BlockId, refcount: u32) -> u32 {
-        name_in(
+        let mut spared = self.spare.len();
+        let named = name_in(
             &mut self.slot_of,
             &mut self.slots,
-            &mut self.spare,
+            (&self.spare, &mut spared),
             id,
             refcount,
-        )
+        );
+        self.spare.truncate(spared);
+        named
     }
 
     #[inline]
@@ -397,7 +439,8 @@ impl KvCache {
 /// The parts of a [`KvCache`] an eviction reads and writes besides its index.
 struct Lru<'a> {
     queue: &'a [(u32, u32)],
-    head: &'a mut usize,
+    /// The queue's head, written back by the caller (a local the loop keeps in a register).
+    head: usize,
     slots: &'a mut [Slot],
     /// Where evicted identities are kept, when they are.
     evicted: Option<&'a mut Vec<BlockId>>,
@@ -408,8 +451,8 @@ impl Lru<'_> {
     #[inline(always)]
     fn pop(&mut self, index: &mut impl Slots) -> u32 {
         let slot = loop {
-            let (slot, stamp) = self.queue[*self.head];
-            *self.head += 1;
+            let (slot, stamp) = self.queue[self.head];
+            self.head += 1;
             if self.slots[slot as usize].stamp == stamp {
                 break slot;
             }
@@ -432,15 +475,21 @@ fn find_in(index: &impl Slots, slots: &[Slot], id: BlockId) -> Option<u32> {
 }
 
 /// A slot (a spare one if any) holding the absent identity `id`, findable by it in `index`.
+/// The spare slots are `spare.0[..*spare.1]`, the last on top: one taken lowers the count,
+/// and the caller truncates the list to it.
 #[inline(always)]
 fn name_in(
     index: &mut impl Slots,
     slots: &mut Vec<Slot>,
-    spare: &mut Vec<u32>,
+    (spare, spared): (&[u32], &mut usize),
     id: BlockId,
     refcount: u32,
 ) -> u32 {
-    let named = match spare.pop() {
+    let top = spared.checked_sub(1).map(|top| {
+        *spared = top;
+        spare[top]
+    });
+    let named = match top {
         Some(i) => {
             let slot = &mut slots[i as usize];
             (slot.id, slot.refcount) = (id, refcount);
@@ -464,7 +513,7 @@ fn name_in(
 fn register_in(
     index: &mut impl Slots,
     slots: &mut Vec<Slot>,
-    spare: &mut Vec<u32>,
+    spare: (&[u32], &mut usize),
     id: BlockId,
 ) -> Option<u32> {
     if find_in(index, slots, id).is_some() {

@@ -15,7 +15,7 @@ use crate::error::{Result, SimError};
 use crate::explain::{KindSummary, RankLog};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
-use crate::timing::{Lockstep, PassShape, StepTimer};
+use crate::timing::{DecodePrice, Lockstep, PassShape, StepTimer};
 use crate::workload::Workload;
 
 pub use sglang::SglangScheduler;
@@ -258,9 +258,16 @@ pub(super) fn chain_decode_passes(
     plain: u32,
     records: &mut Records,
 ) -> (f64, f64, u32) {
-    // One loop, monomorphised with and without the log, so an unexplained replay pays nothing.
+    // One loop, monomorphised with and without the log, so an unexplained replay pays nothing,
+    // and per timing model, so a pass's price does not match the model again.
     match log {
-        None => chain(shape, window, plain, records, |s, _| timer.pass_ms(s)),
+        None => match timer.decode_price(&shape) {
+            DecodePrice::Constant(ms) => chain(shape, window, plain, records, |_, _| ms),
+            DecodePrice::Polynomial(p) => chain(shape, window, plain, records, |s, _| p.ms(s)),
+            DecodePrice::Model(timer) => {
+                chain(shape, window, plain, records, |s, _| timer.pass_ms(s))
+            }
+        },
         Some(log) => chain(shape, window, plain, records, |s, now| {
             priced(timer, Some(&mut *log), s, None, now)
         }),

@@ -32,6 +32,8 @@ pub(super) struct Seq {
     pub(super) private: u32,
     /// Prompt blocks already looked up or named.
     pub(super) named: u32,
+    /// Full prompt blocks (those with identities).
+    pub(super) prompt_blocks: u32,
     pub(super) in_pass: bool,
     /// Tokens scheduled in the current pass.
     pub(super) pass_tokens: u32,
@@ -57,13 +59,16 @@ impl Seq {
         self.slots.len() as u32 + self.private
     }
 
-    /// Give the cache identities of the prompt blocks (`ids`) that are full now, so later
+    /// Give the cache identities of the prompt blocks (by `ids`) that are full now, so later
     /// requests can share them; a block another request cached first stays private.
-    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &[BlockId], block_size: u32) {
-        // Decode steps land here once every prompt block is named: skip the division.
-        if self.named as usize == ids.len() {
+    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &BlockIds, block_size: u32) {
+        // Decode steps land here once every prompt block is named: skip the identities'
+        // lookup and the division.
+        if self.named == self.prompt_blocks {
             return;
         }
+        let ids = ids.of(self.request as usize);
+        debug_assert_eq!(ids.len(), self.prompt_blocks as usize);
         let full = (self.computed / block_size).min(ids.len() as u32);
         self.name_blocks_until(cache, ids, full);
     }
@@ -253,6 +258,7 @@ impl VllmScheduler {
         seq.computed = 0;
         seq.prefilling = true;
         seq.named = 0;
+        seq.prompt_blocks = self.ids.of(i).len() as u32;
         seq.in_pass = false;
         seq.finished = false;
         seq.tier_checked = false;
@@ -337,7 +343,7 @@ impl VllmScheduler {
         seq.pass_tokens = n;
         seq.computed += n;
         seq.in_pass = true;
-        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
+        seq.name_full_blocks(&mut self.cache, &self.ids, bs);
         self.in_pass.push(id);
     }
 
@@ -675,7 +681,7 @@ impl Engine for VllmScheduler {
         seq.computed = seq.prompt;
         seq.prefilling = false;
         seq.queued_ms = now;
-        seq.name_full_blocks(&mut self.cache, self.ids.of(seq.request as usize), bs);
+        seq.name_full_blocks(&mut self.cache, &self.ids, bs);
         if !first_token_now {
             // A zero-token step on the next pass emits the first token (generated stays 0).
             self.running.push(handle);
@@ -890,8 +896,11 @@ impl Engine for VllmScheduler {
         self.last_pass.1 = now;
         let mut any_left = false;
         let pass_start = self.pricing.pass_start_ms();
+        // Read once, not per request: the stores to a request could alias them otherwise.
+        let prefill_role = self.role == Role::Prefill;
+        let seqs = &mut self.seqs[..];
         for &id in &self.in_pass {
-            let seq = &mut self.seqs[id as usize];
+            let seq = &mut seqs[id as usize];
             seq.in_pass = false;
             let prompt_done = seq.computed == seq.target();
             if let (Some(start), true) = (pass_start, seq.prefilling) {
@@ -903,7 +912,7 @@ impl Engine for VllmScheduler {
             seq.prefilling = false;
             seq.generated += 1;
             let r = seq.request as usize;
-            if self.role == Role::Prefill {
+            if prefill_role {
                 // The first token counts once the KV reaches the decode worker.
                 self.handoffs.push((seq.request, id));
                 self.held_for_transfer += 1;
@@ -933,7 +942,6 @@ impl Engine for VllmScheduler {
         }
         self.in_pass.clear();
         if any_left {
-            let seqs = &self.seqs;
             self.running.retain(|&id| !seqs[id as usize].finished);
         }
         #[cfg(debug_assertions)]

@@ -314,6 +314,33 @@ const OPS_ATTENTION_PARTS: [&str; 4] = [
     "mixed_decode_attention",
 ];
 
+/// The price of passes of decodes only, from [`StepTimer::decode_price`].
+#[derive(Debug, Clone, Copy)]
+pub enum DecodePrice<'a> {
+    /// Every such pass costs this (ms).
+    Constant(f64),
+    Polynomial(PolynomialDecode),
+    /// The model's own price.
+    Model(&'a StepTimer),
+}
+
+/// The polynomial's decode time over a cache's capacity, its speedups multiplied once.
+#[derive(Debug, Clone, Copy)]
+pub struct PolynomialDecode {
+    kv_capacity_tokens: f64,
+    divisor: f64,
+}
+
+impl PolynomialDecode {
+    /// The decode time (ms) of a pass of `shape`.
+    #[inline(always)]
+    pub fn ms(&self, shape: &PassShape) -> f64 {
+        let load = (shape.decode_kv_tokens as f64 / self.kv_capacity_tokens).min(1.0);
+        let ms = (-25.74 * load * load + 54.01 * load + 5.74).max(1.0);
+        ms / self.divisor
+    }
+}
+
 /// A step-time model bound to one worker's cache size.
 #[derive(Debug, Clone)]
 pub struct StepTimer {
@@ -411,6 +438,26 @@ impl StepTimer {
         out[1] += decode;
     }
 
+    /// How passes of decodes only like `shape` (no prefill) are priced, the model matched
+    /// once for a run of them (the chained decode passes), each priced as `pass_ms` prices it.
+    pub fn decode_price(&self, shape: &PassShape) -> DecodePrice<'_> {
+        debug_assert_eq!(shape.prefill_tokens, 0);
+        match &self.model {
+            // The fixed decode time, as `pass_ms` adds it to no prefill.
+            Model::Fixed(_) => DecodePrice::Constant(self.pass_ms(shape)),
+            // Its decode time is at least 1 / (the ratios) > 0: adding no prefill moves no bit.
+            Model::Polynomial(p) => DecodePrice::Polynomial(self.polynomial_decode(p)),
+            _ => DecodePrice::Model(self),
+        }
+    }
+
+    fn polynomial_decode(&self, p: &PolynomialTiming) -> PolynomialDecode {
+        PolynomialDecode {
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            divisor: p.speedup_ratio * p.decode_speedup_ratio,
+        }
+    }
+
     #[inline]
     fn prefill_and_decode_ms(&self, shape: &PassShape) -> (f64, f64) {
         let prefill = if shape.prefill_tokens > 0 {
@@ -439,17 +486,12 @@ impl StepTimer {
     }
 
     fn decode_ms(&self, shape: &PassShape) -> f64 {
-        let kv = shape.decode_kv_tokens as f64;
         match &self.model {
-            Model::Polynomial(p) => {
-                let load = (kv / self.kv_capacity_tokens).min(1.0);
-                let ms = (-25.74 * load * load + 54.01 * load + 5.74).max(1.0);
-                ms / (p.speedup_ratio * p.decode_speedup_ratio)
-            }
+            Model::Polynomial(p) => self.polynomial_decode(p).ms(shape),
             Model::Fixed(f) => f.decode_ms,
             Model::Table { decode, .. } => {
                 let batch = f64::from(shape.decode_requests);
-                decode.at([batch, kv / batch])
+                decode.at([batch, shape.decode_kv_tokens as f64 / batch])
             }
             Model::Ops(_) => unreachable!("operator tables price the whole pass"),
         }
@@ -762,5 +804,43 @@ mod tests {
         t.add_parts(&prefill, Some(&lockstep), &mut parts);
         assert!((parts[2] + 2.475).abs() < 1e-9, "{parts:?}");
         assert!((parts.iter().sum::<f64>() - 18.525).abs() < 1e-9);
+    }
+
+    proptest::proptest! {
+        /// The price of passes of decodes only, the model matched once, is `pass_ms` bit for
+        /// bit, on every model.
+        #[test]
+        fn decode_price_is_the_pass_price(
+            ratios in (1e-6f64..1e6, 1e-6f64..1e6),
+            decode_ms in 0.0f64..1e3,
+            capacity in 1u64..1 << 40,
+            requests in 1u32..1024,
+            kv in 0u64..1 << 42,
+            longest in 0u32..1 << 20,
+        ) {
+            let timers = [
+                poly(ratios.0, ratios.1),
+                StepTimer::new(TimingConfig::Polynomial(PolynomialTiming {
+                    speedup_ratio: ratios.0,
+                    decode_speedup_ratio: ratios.1,
+                }), capacity),
+                StepTimer::new(TimingConfig::Fixed(FixedTiming { prefill_ms: 1.0, decode_ms }), 1),
+                ops(),
+            ];
+            let shape = PassShape {
+                decode_requests: requests,
+                decode_kv_tokens: kv,
+                decode_max_context: longest,
+                ..PassShape::default()
+            };
+            for t in &timers {
+                let price = match t.decode_price(&shape) {
+                    DecodePrice::Constant(ms) => ms,
+                    DecodePrice::Polynomial(p) => p.ms(&shape),
+                    DecodePrice::Model(m) => m.pass_ms(&shape),
+                };
+                proptest::prop_assert_eq!(price.to_bits(), t.pass_ms(&shape).to_bits());
+            }
+        }
     }
 }

@@ -16,10 +16,10 @@ and ``cli`` sit on top. Every public name is imported on first use.
 from __future__ import annotations
 
 import sys
-from importlib import import_module
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from dynosim._lazy import lazy_names
 from dynosim._version import VERSION
 
 if TYPE_CHECKING:
@@ -161,16 +161,7 @@ class _Package(ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dynosim' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __version__ = VERSION

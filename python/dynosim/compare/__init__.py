@@ -3,8 +3,9 @@ the ``compare`` extra), with AISimulate's replay (:mod:`~dynosim.compare.aisimul
 from this checkout with cargo), both through what they share (:mod:`~dynosim.compare.peer`),
 and with a measured benchmark run (:mod:`~dynosim.compare.measured`)."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dynosim._lazy import lazy_names
 
 if TYPE_CHECKING:
     from dynosim._dependencies import DYNAMO_VERSION
@@ -40,16 +41,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'dynosim.compare' has no attribute {name!r}")
-    value = getattr(import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -8,8 +8,9 @@ benchmark run (:mod:`dynosim.workload.measured`: AIPerf or ``vllm bench serve`` 
 columns to replay and the latencies it measured.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from dynosim._lazy import lazy_names
 
 if TYPE_CHECKING:
     from dynosim.workload.columns import TraceColumns
@@ -48,26 +49,25 @@ _LAZY = {
 }
 
 
+_load, _listing = lazy_names(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str) -> Any:
-    if name == "Workload":
-        from typing import Annotated
+    if name != "Workload":
+        return _load(name)
+    from typing import Annotated
 
-        from pydantic import Field
+    from pydantic import Field
 
-        value: Any = Annotated[
-            __getattr__("TraceWorkload") | __getattr__("SyntheticWorkload"),
-            Field(discriminator="kind"),
-        ]
-    elif name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-    else:
-        raise AttributeError(f"module 'dynosim.workload' has no attribute {name!r}")
+    value: Any = Annotated[
+        _load("TraceWorkload") | _load("SyntheticWorkload"), Field(discriminator="kind")
+    ]
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, "Workload"})
+    return sorted({*_listing(), "Workload"})
 
 
 __all__ = [

@@ -9,10 +9,10 @@ and ``vllm bench serve --save-result --save-detailed`` JSON
 from __future__ import annotations
 
 import os
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from dynosim._lazy import lazy_names
 from dynosim.errors import WorkloadError
 
 if TYPE_CHECKING:
@@ -34,12 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'dynosim.workload.measured' has no attribute {name!r}")
-    value = getattr(import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 def _json(text: str) -> Any:

@@ -325,7 +325,8 @@ def _peer_title(args: argparse.Namespace) -> str:
 
 
 def _peer_link_model(args: argparse.Namespace) -> str:
-    """How the --compare peer's KV transfers use links (a key of LINK_MODELS)."""
+    """How the --compare peer's KV transfers use links (a key of peer.LINK_MODELS, the
+    descriptions of the link models)."""
     if args.compare == "aisimulate":
         return RELEASES[args.aisimulate_version or AISIMULATE_VERSION].link_model
     return "line_rate"
@@ -339,7 +340,7 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
     """The SimConfig the flags describe (defaults from dynosim); flag conflicts end the
     program through ``parser.error`` (exit status 2)."""
     from dynosim._validation import suggestion
-    from dynosim.compare.peer import LINK_MODELS
+    from dynosim.compare import peer
     from dynosim.config import SimConfig
 
     router = args.router_mode.replace("-", "_")  # Dynamo spells it round-robin
@@ -371,7 +372,7 @@ def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
         peer_links = _peer_link_model(args)
         if link_model not in (None, peer_links):
             parser.error(
-                f"--link-model {link_model}: {_peer_title(args)} {LINK_MODELS[peer_links]}; "
+                f"--link-model {link_model}: {_peer_title(args)} {peer.LINK_MODELS[peer_links]}; "
                 f"--compare {args.compare} needs --link-model {peer_links}"
             )
         # Without a bandwidth transfers are instant on both sides: no link model to set.

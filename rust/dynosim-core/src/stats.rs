@@ -7,10 +7,11 @@ use serde::Serialize;
 /// latencies compact: every request decoding in one pass sees the same gap.
 #[derive(Debug, Clone, Default)]
 pub struct WeightedSamples {
-    /// Runs in fixed-size chunks, each written once: one vector doubling to millions of runs
-    /// copied them at every doubling and faulted fresh pages in each time (a tenth of a
-    /// replay's time).
-    chunks: Vec<Vec<(f64, u64)>>,
+    /// Runs in chunks of `CHUNK`, each written once: one vector doubling to millions of runs
+    /// copied them at every doubling and faulted fresh pages in each time. `sealed` are full;
+    /// `current` is being written.
+    sealed: Vec<Vec<(f64, u64)>>,
+    current: Vec<(f64, u64)>,
 }
 
 /// Runs per chunk of [`WeightedSamples`]; a multiple of 8 (see [`Distribution::from_runs`]).
@@ -24,34 +25,37 @@ impl WeightedSamples {
     /// Push `value` `count` times (nothing when `count` is 0).
     #[inline(always)]
     pub fn push_n(&mut self, value: f64, count: u64) {
-        if count == 0 {
-            return;
-        }
-        if let Some(chunk) = self.chunks.last_mut() {
-            if let Some((_, c)) = chunk.last_mut().filter(|(v, _)| *v == value) {
-                return *c += count;
+        match self.current.last_mut() {
+            _ if count == 0 => {}
+            Some((v, c)) if *v == value => *c += count,
+            _ => {
+                if self.current.len() == CHUNK {
+                    self.seal();
+                }
+                self.current.push((value, count));
             }
-            if chunk.len() < CHUNK {
-                return chunk.push((value, count));
-            }
         }
-        self.start_chunk(value, count);
     }
 
     #[cold]
     #[inline(never)]
-    fn start_chunk(&mut self, value: f64, count: u64) {
-        let mut chunk = Vec::with_capacity(CHUNK);
-        chunk.push((value, count));
-        self.chunks.push(chunk);
+    fn seal(&mut self) {
+        let full = std::mem::replace(&mut self.current, Vec::with_capacity(CHUNK));
+        self.sealed.push(full);
+    }
+
+    /// The runs in order, as parts of `CHUNK` runs but the last.
+    fn parts(&self) -> Vec<&[(f64, u64)]> {
+        let sealed = self.sealed.iter().map(Vec::as_slice);
+        sealed.chain([self.current.as_slice()]).collect()
     }
 
     pub fn count(&self) -> u64 {
-        self.chunks.iter().flatten().map(|r| r.1).sum()
-    }
-
-    fn parts(&self) -> Vec<&[(f64, u64)]> {
-        self.chunks.iter().map(Vec::as_slice).collect()
+        self.parts()
+            .iter()
+            .flat_map(|p| p.iter())
+            .map(|r| r.1)
+            .sum()
     }
 
     /// The distribution of all samples pushed so far.
@@ -63,14 +67,11 @@ impl WeightedSamples {
     /// own, the reference `summarise` is tested against.
     pub fn cdf(&self) -> Cdf {
         let mut bins = CdfBins::default();
-        for &(v, c) in self.chunks.iter().flatten() {
+        let mut max = f64::NEG_INFINITY;
+        for &(v, c) in self.parts().iter().flat_map(|p| p.iter()) {
             bins.add(v, c);
+            max = max.max(v);
         }
-        let max = self
-            .chunks
-            .iter()
-            .flatten()
-            .fold(f64::NEG_INFINITY, |m, r| m.max(r.0));
         bins.finish(max)
     }
 
@@ -215,10 +216,9 @@ impl Distribution {
         // no bounds checks.
         let mut hist: Box<[u64; 1 << 16]> = vec![0; 1 << 16].try_into().unwrap();
         let mut sum = 0.0;
-        let in_bucket: Vec<u16> = parts
-            .iter()
-            .flat_map(|p| p.iter())
-            .map(|r| {
+        let mut in_bucket: Vec<u16> = Vec::with_capacity(len);
+        for part in parts {
+            in_bucket.extend(part.iter().map(|r| {
                 let (v, c) = r.run();
                 sum += v * c as f64;
                 if let Some(bins) = cdf.as_deref_mut() {
@@ -227,8 +227,8 @@ impl Distribution {
                 let b = buckets.of(key(v)) as u16;
                 hist[usize::from(b)] += c;
                 b
-            })
-            .collect();
+            }));
+        }
         let n: u64 = hist.iter().sum();
         let total = n as f64;
         let mean = sum / total;
@@ -273,18 +273,21 @@ impl Distribution {
         let wanted = locate(&hist[..], &ranks);
         let slot: Box<[u8; 1 << 16]> = slots(&wanted, 1 << 16).try_into().unwrap();
         let mut gathered = vec![Vec::new(); wanted.len()];
-        // Few runs are wanted: test eight at a time, without a branch each.
-        for (bs, rs) in in_bucket
-            .chunks(8)
-            .zip(parts.iter().flat_map(|p| p.chunks(8)))
-        {
-            if bs.iter().fold(0, |any, &b| any | slot[usize::from(b)]) == 0 {
-                continue;
-            }
-            for (&b, r) in bs.iter().zip(rs) {
-                let (v, c) = r.run();
-                if let Some(s) = slot[usize::from(b)].checked_sub(1) {
-                    push_run(&mut gathered[usize::from(s)], key(v), c);
+        // Few runs are wanted: test eight at a time, without a branch each (parts before the
+        // last are multiples of 8).
+        let mut at = 0;
+        for part in parts {
+            let bs = &in_bucket[at..at + part.len()];
+            at += part.len();
+            for (bs, rs) in bs.chunks(8).zip(part.chunks(8)) {
+                if bs.iter().fold(0, |any, &b| any | slot[usize::from(b)]) == 0 {
+                    continue;
+                }
+                for (&b, r) in bs.iter().zip(rs) {
+                    let (v, c) = r.run();
+                    if let Some(s) = slot[usize::from(b)].checked_sub(1) {
+                        push_run(&mut gathered[usize::from(s)], key(v), c);
+                    }
                 }
             }
         }
@@ -600,7 +603,7 @@ mod tests {
         for &(v, c) in runs {
             w.push_n(v, c);
         }
-        let flat: Vec<(f64, u64)> = w.chunks.iter().flatten().copied().collect();
+        let flat: Vec<(f64, u64)> = w.parts().concat();
         let (got, want) = (w.distribution(), sorted_oracle(&flat));
         // Plain samples give, bit for bit, what runs of one each give (means and spreads too).
         let ones: Vec<(f64, u64)> = runs.iter().map(|r| (r.0, 1)).collect();
@@ -656,9 +659,9 @@ mod tests {
             };
             w.push_n(v, 1 + x % 3);
         }
-        assert_eq!(w.chunks.len(), 3);
-        assert!(w.chunks[..2].iter().all(|c| c.len() == CHUNK));
-        let flat: Vec<(f64, u64)> = w.chunks.iter().flatten().copied().collect();
+        assert_eq!(w.sealed.len(), 2);
+        assert!(w.sealed.iter().all(|c| c.len() == CHUNK));
+        let flat: Vec<(f64, u64)> = w.parts().concat();
         let all_bits = |d: &Distribution| {
             let f = [
                 d.mean, d.std, d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99,

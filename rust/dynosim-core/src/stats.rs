@@ -7,8 +7,15 @@ use serde::Serialize;
 /// latencies compact: every request decoding in one pass sees the same gap.
 #[derive(Debug, Clone, Default)]
 pub struct WeightedSamples {
-    runs: Vec<(f64, u64)>,
+    /// Runs in chunks of `CHUNK`, each written once: one vector doubling to millions of runs
+    /// copied them at every doubling and faulted fresh pages in each time. `sealed` are full;
+    /// `current` is being written.
+    sealed: Vec<Vec<(f64, u64)>>,
+    current: Vec<(f64, u64)>,
 }
+
+/// Runs per chunk of [`WeightedSamples`]; a multiple of 8 (see [`Distribution::from_runs`]).
+const CHUNK: usize = 1 << 14;
 
 impl WeightedSamples {
     pub fn push(&mut self, value: f64) {
@@ -16,31 +23,55 @@ impl WeightedSamples {
     }
 
     /// Push `value` `count` times (nothing when `count` is 0).
+    #[inline(always)]
     pub fn push_n(&mut self, value: f64, count: u64) {
-        match self.runs.last_mut() {
+        match self.current.last_mut() {
             _ if count == 0 => {}
             Some((v, c)) if *v == value => *c += count,
-            _ => self.runs.push((value, count)),
+            _ => {
+                if self.current.len() == CHUNK {
+                    self.seal();
+                }
+                self.current.push((value, count));
+            }
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn seal(&mut self) {
+        let full = std::mem::replace(&mut self.current, Vec::with_capacity(CHUNK));
+        self.sealed.push(full);
+    }
+
+    /// The runs in order, as parts of `CHUNK` runs but the last.
+    fn parts(&self) -> Vec<&[(f64, u64)]> {
+        let sealed = self.sealed.iter().map(Vec::as_slice);
+        sealed.chain([self.current.as_slice()]).collect()
+    }
+
     pub fn count(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum()
+        self.parts()
+            .iter()
+            .flat_map(|p| p.iter())
+            .map(|r| r.1)
+            .sum()
     }
 
     /// The distribution of all samples pushed so far.
     pub fn distribution(&mut self) -> Distribution {
-        Distribution::from_runs(&self.runs, None)
+        Distribution::from_runs(&self.parts(), None)
     }
 
     /// The CDF of all samples pushed so far, in log-spaced bins (see [`Cdf`]): a pass of its
     /// own, the reference `summarise` is tested against.
     pub fn cdf(&self) -> Cdf {
         let mut bins = CdfBins::default();
-        for &(v, c) in &self.runs {
+        let mut max = f64::NEG_INFINITY;
+        for &(v, c) in self.parts().iter().flat_map(|p| p.iter()) {
             bins.add(v, c);
+            max = max.max(v);
         }
-        let max = self.runs.iter().fold(f64::NEG_INFINITY, |m, r| m.max(r.0));
         bins.finish(max)
     }
 
@@ -48,7 +79,7 @@ impl WeightedSamples {
     /// first pass over the samples (one pass over millions of gaps instead of two).
     pub fn summarise(&self) -> (Distribution, Cdf) {
         let mut bins = CdfBins::default();
-        let d = Distribution::from_runs(&self.runs, Some(&mut bins));
+        let d = Distribution::from_runs(&self.parts(), Some(&mut bins));
         // The distribution's maximum is the CDF's: the bins need not track it run by run.
         let max = d.max.unwrap_or(f64::NEG_INFINITY);
         (d, bins.finish(max))
@@ -148,40 +179,46 @@ impl Distribution {
         // Plain samples, not runs of one: half the memory for millions of requests, and the
         // same arithmetic (a count of one multiplies exactly).
         let values: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
-        Distribution::from_runs(&values, None)
+        Distribution::from_runs(&[&values], None)
     }
 
-    /// Summarise runs in any order. Only the twelve order statistics needed are
-    /// found (a radix select), not the whole order: sorting millions of inter-token gaps
+    /// Summarise runs in any order, held in `parts` read as one sequence: every part but the
+    /// last as long as the first, a multiple of 8. Only the twelve order statistics needed
+    /// are found (a radix select), not the whole order: sorting millions of inter-token gaps
     /// used to dominate the report.
-    fn from_runs<R: Run>(runs: &[R], mut cdf: Option<&mut CdfBins>) -> Distribution {
-        if runs.is_empty() {
+    fn from_runs<R: Run>(parts: &[&[R]], mut cdf: Option<&mut CdfBins>) -> Distribution {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len == 0 {
             return Distribution::default();
         }
+        let stride = parts[0].len();
+        debug_assert!(parts.len() == 1 || stride % 8 == 0);
+        debug_assert!(parts[..parts.len() - 1].iter().all(|p| p.len() == stride));
         // Buckets span the key range of a sample: the exact range would take a pass of its
         // own. Keys outside it fall into the end buckets, which costs time only. Picks are
         // pseudo-random (xorshift): a stride can alias with periodic data.
-        let (lo, hi) = if runs.len() <= SAMPLE {
-            key_range(runs.iter().map(|r| key(r.value())))
+        let (lo, hi) = if len <= SAMPLE {
+            key_range(parts.iter().flat_map(|p| p.iter()).map(|r| key(r.value())))
         } else {
             let mut x = 0x9E37_79B9_7F4A_7C15_u64;
             key_range((0..SAMPLE).map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                key(runs[(x % runs.len() as u64) as usize].value())
+                let i = (x % len as u64) as usize;
+                key(parts[i / stride][i % stride].value())
             }))
         };
-        let buckets = Buckets::new(lo, hi, runs.len());
+        let buckets = Buckets::new(lo, hi, len);
 
         // Pass 1: sum and histogram. Each run's bucket (below 2^16) is kept: gathering then
         // reads 2 bytes a run instead of the run, and u16 indices into 2^16-entry tables need
         // no bounds checks.
         let mut hist: Box<[u64; 1 << 16]> = vec![0; 1 << 16].try_into().unwrap();
         let mut sum = 0.0;
-        let in_bucket: Vec<u16> = runs
-            .iter()
-            .map(|r| {
+        let mut in_bucket: Vec<u16> = Vec::with_capacity(len);
+        for part in parts {
+            in_bucket.extend(part.iter().map(|r| {
                 let (v, c) = r.run();
                 sum += v * c as f64;
                 if let Some(bins) = cdf.as_deref_mut() {
@@ -190,8 +227,8 @@ impl Distribution {
                 let b = buckets.of(key(v)) as u16;
                 hist[usize::from(b)] += c;
                 b
-            })
-            .collect();
+            }));
+        }
         let n: u64 = hist.iter().sum();
         let total = n as f64;
         let mean = sum / total;
@@ -200,15 +237,18 @@ impl Distribution {
             let (v, c) = r.run();
             (v - mean) * (v - mean) * c as f64
         };
+        // Lanes by position in the whole sequence: parts before the last are multiples of 4.
         let mut squares = [0.0; 4];
-        let mut chunks = runs.chunks_exact(4);
-        for chunk in &mut chunks {
-            for (s, r) in squares.iter_mut().zip(chunk) {
+        for part in parts {
+            let mut chunks = part.chunks_exact(4);
+            for chunk in &mut chunks {
+                for (s, r) in squares.iter_mut().zip(chunk) {
+                    *s += square(r);
+                }
+            }
+            for (s, r) in squares.iter_mut().zip(chunks.remainder()) {
                 *s += square(r);
             }
-        }
-        for (s, r) in squares.iter_mut().zip(chunks.remainder()) {
-            *s += square(r);
         }
         let var = squares.iter().sum::<f64>() / total;
 
@@ -232,21 +272,27 @@ impl Distribution {
         // Pass 3: gather the runs in the buckets holding the ranks.
         let wanted = locate(&hist[..], &ranks);
         let slot: Box<[u8; 1 << 16]> = slots(&wanted, 1 << 16).try_into().unwrap();
-        let mut parts = vec![Vec::new(); wanted.len()];
-        // Few runs are wanted: test eight at a time, without a branch each.
-        for (bs, rs) in in_bucket.chunks(8).zip(runs.chunks(8)) {
-            if bs.iter().fold(0, |any, &b| any | slot[usize::from(b)]) == 0 {
-                continue;
-            }
-            for (&b, r) in bs.iter().zip(rs) {
-                let (v, c) = r.run();
-                if let Some(s) = slot[usize::from(b)].checked_sub(1) {
-                    push_run(&mut parts[usize::from(s)], key(v), c);
+        let mut gathered = vec![Vec::new(); wanted.len()];
+        // Few runs are wanted: test eight at a time, without a branch each (parts before the
+        // last are multiples of 8).
+        let mut at = 0;
+        for part in parts {
+            let bs = &in_bucket[at..at + part.len()];
+            at += part.len();
+            for (bs, rs) in bs.chunks(8).zip(part.chunks(8)) {
+                if bs.iter().fold(0, |any, &b| any | slot[usize::from(b)]) == 0 {
+                    continue;
+                }
+                for (&b, r) in bs.iter().zip(rs) {
+                    let (v, c) = r.run();
+                    if let Some(s) = slot[usize::from(b)].checked_sub(1) {
+                        push_run(&mut gathered[usize::from(s)], key(v), c);
+                    }
                 }
             }
         }
         let mut keys = vec![0; ranks.len()];
-        select_in_parts(&parts, &wanted, &ranks, &mut keys);
+        select_in_parts(&gathered, &wanted, &ranks, &mut keys);
 
         let at = |rank: u64| value(keys[ranks.binary_search(&rank.min(n - 1)).unwrap()]);
         let [p50, p75, p90, p95, p99] = positions.map(|(rank, frac)| {
@@ -557,7 +603,8 @@ mod tests {
         for &(v, c) in runs {
             w.push_n(v, c);
         }
-        let (got, want) = (w.distribution(), sorted_oracle(&w.runs));
+        let flat: Vec<(f64, u64)> = w.parts().concat();
+        let (got, want) = (w.distribution(), sorted_oracle(&flat));
         // Plain samples give, bit for bit, what runs of one each give (means and spreads too).
         let ones: Vec<(f64, u64)> = runs.iter().map(|r| (r.0, 1)).collect();
         let plain = Distribution::of(runs.iter().map(|r| r.0));
@@ -569,7 +616,7 @@ mod tests {
         };
         assert_eq!(
             all_bits(&plain),
-            all_bits(&Distribution::from_runs(&ones, None))
+            all_bits(&Distribution::from_runs(&[&ones], None))
         );
         let bits = |d: &Distribution| {
             let f = [d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99];
@@ -583,7 +630,7 @@ mod tests {
         // Sums run in another order: allow rounding relative to the terms' size (mean |v|),
         // not to a result that cancellation made tiny. When that size overflows, whether a
         // sum overflows too depends on the order.
-        let scale = w.runs.iter().map(|&(v, c)| v.abs() * c as f64).sum::<f64>() / got.count as f64;
+        let scale = flat.iter().map(|&(v, c)| v.abs() * c as f64).sum::<f64>() / got.count as f64;
         let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) => {
                 a == b
@@ -594,6 +641,43 @@ mod tests {
         };
         assert!(close(got.mean, want.mean), "{got:?} != {want:?}");
         assert!(close(got.std, want.std), "{got:?} != {want:?}");
+    }
+
+    /// Chunked runs summarise, bit for bit, as the same runs in one slice (the sums too: the
+    /// order and the lanes of the squares are the same).
+    #[test]
+    fn chunked_runs_summarise_as_one_sequence() {
+        let mut w = WeightedSamples::default();
+        let mut x = 7u64;
+        for i in 0..(2 * CHUNK + 1234) {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            // Some equal neighbours, which merge into one run.
+            let v = if i % 5 == 0 {
+                3.0
+            } else {
+                5.0 + (x >> 40) as f64 / 1e4
+            };
+            w.push_n(v, 1 + x % 3);
+        }
+        assert_eq!(w.sealed.len(), 2);
+        assert!(w.sealed.iter().all(|c| c.len() == CHUNK));
+        let flat: Vec<(f64, u64)> = w.parts().concat();
+        let all_bits = |d: &Distribution| {
+            let f = [
+                d.mean, d.std, d.min, d.max, d.p50, d.p75, d.p90, d.p95, d.p99,
+            ];
+            (d.count, f.map(|x| x.map(f64::to_bits)))
+        };
+        let one = Distribution::from_runs(&[&flat], None);
+        let (chunked, cdf) = w.summarise();
+        assert_eq!(all_bits(&chunked), all_bits(&one));
+        assert_eq!(all_bits(&w.distribution()), all_bits(&one));
+        assert_eq!(
+            all_bits(&sorted_oracle(&flat)).1[2..],
+            all_bits(&one).1[2..]
+        );
+        assert_eq!(cdf, w.cdf());
+        assert_eq!(w.count(), flat.iter().map(|r| r.1).sum::<u64>());
     }
 
     #[test]

@@ -35,8 +35,6 @@ MAX_LINE_BYTES = 64 << 20
 #: line, so no line limit applies, but a pipe that never ends is still stopped.
 MAX_DOCUMENT_BYTES = 8 << 30
 
-_CHUNK = 1 << 20
-
 
 def read_input(
     path: str | os.PathLike[str],
@@ -79,12 +77,14 @@ def read_input(
 def _read_lines_bounded(
     fh: BinaryIO, path: str | os.PathLike[str], error: type[Exception], what: str, max_line: int
 ) -> bytes:
-    # Lines inside one chunk are shorter than a chunk (at most max_line): only a line running
-    # across chunks is measured, up to its first break in a later chunk.
+    # Chunks of max_line bytes: a file no longer than that (every usual one) is read in one
+    # call into one buffer, which join returns as it is. Lines inside one chunk are shorter than
+    # a chunk: only a line running across chunks is measured, up to its first break in a later
+    # chunk.
     chunks: list[bytes] = []
     lines = 1
     since_break = 0  # bytes since the last line break
-    while chunk := fh.read(_CHUNK):
+    while chunk := fh.read(max_line):
         chunks.append(chunk)
         breaks = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
         first = min(breaks, default=len(chunk))

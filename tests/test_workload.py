@@ -125,6 +125,29 @@ def test_mooncake_conversation_matches_independent_parse(real_trace):
     assert cols.arrival_ms.tolist() == [r["timestamp"] - first for r in rows]
 
 
+@pytest.mark.parametrize(
+    "name", ["mooncake_conversation.jsonl", "mooncake_synthetic.jsonl", "azure_2023_conv.csv"]
+)
+def test_rows_in_arrival_order_are_taken_as_the_general_reordering_takes_them(
+    real_trace, name, monkeypatch
+):
+    # A file already in arrival order skips the reordering (IN_ORDER); taking every row by
+    # index, as an unsorted file is, must give the same arrays.
+    path = real_trace(name)
+    fast = load_trace(path).columns()
+    for module in (dynosim.workload.mooncake, dynosim.workload.azure):
+        monkeypatch.setattr(
+            module, "arrival_order", lambda path, times, lines: np.arange(len(times))
+        )
+    general = load_trace(path).columns()
+    for field in dataclasses.fields(TraceColumns):
+        a, b = getattr(fast, field.name), getattr(general, field.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), field.name
+        else:
+            assert a == b, field.name
+
+
 @pytest.mark.parametrize("name", ["azure_2023_conv.csv", "azure_2023_code.csv"])
 def test_azure_matches_independent_parse(real_trace, name):
     path = real_trace(name)

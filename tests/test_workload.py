@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -1368,3 +1369,13 @@ def test_the_command_line_refuses_an_oversized_synthetic_workload_in_one_line(ca
     err = capsys.readouterr().err
     assert err.startswith("dynosim: error: workload.duration_s 1e+12 s at workload.rate 1/s")
     assert "1,000,000,000,000 requests" in err and len(err.splitlines()) == 1
+
+
+def test_a_trace_file_is_hashed_as_its_bytes_are(tmp_path):
+    # file_sha256 reads into one reused buffer of 1 MiB: files shorter, as long and longer.
+    from dynosim.workload.reading import file_sha256
+
+    for size in (0, 1, 1 << 20, (5 << 19) + 3):
+        path = tmp_path / f"t{size}.jsonl"
+        path.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        assert file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest(), size

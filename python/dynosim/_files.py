@@ -86,10 +86,15 @@ def _read_lines_bounded(
     since_break = 0  # bytes since the last line break
     while chunk := fh.read(max_line):
         chunks.append(chunk)
-        breaks = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
-        first = min(breaks, default=len(chunk))
+        # The first and last break; a '\r' is looked for only before the first '\n' and after
+        # the last, not through a whole chunk that has none.
+        newline = chunk.find(b"\n")
+        first = len(chunk) if newline < 0 else newline
+        cr = chunk.find(b"\r", 0, first)
+        first = first if cr < 0 else cr
         too_long = since_break + first > max_line
-        last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        last = chunk.rfind(b"\n")
+        last = max(last, chunk.rfind(b"\r", last + 1))
         since_break = since_break + len(chunk) if last < 0 else len(chunk) - last - 1
         if too_long or since_break > max_line:
             # The long line starts after the last break before this chunk (too_long), or after

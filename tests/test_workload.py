@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -123,6 +124,29 @@ def test_mooncake_conversation_matches_independent_parse(real_trace):
     assert np.diff(cols.hash_offsets).tolist() == [len(r["hash_ids"]) for r in rows]
     first = rows[0]["timestamp"]
     assert cols.arrival_ms.tolist() == [r["timestamp"] - first for r in rows]
+
+
+@pytest.mark.parametrize(
+    "name", ["mooncake_conversation.jsonl", "mooncake_synthetic.jsonl", "azure_2023_conv.csv"]
+)
+def test_rows_in_arrival_order_are_taken_as_the_general_reordering_takes_them(
+    real_trace, name, monkeypatch
+):
+    # A file already in arrival order skips the reordering (IN_ORDER); taking every row by
+    # index, as an unsorted file is, must give the same arrays.
+    path = real_trace(name)
+    fast = load_trace(path).columns()
+    for module in (dynosim.workload.mooncake, dynosim.workload.azure):
+        monkeypatch.setattr(
+            module, "arrival_order", lambda path, times, lines: np.arange(len(times))
+        )
+    general = load_trace(path).columns()
+    for field in dataclasses.fields(TraceColumns):
+        a, b = getattr(fast, field.name), getattr(general, field.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), field.name
+        else:
+            assert a == b, field.name
 
 
 @pytest.mark.parametrize("name", ["azure_2023_conv.csv", "azure_2023_code.csv"])
@@ -1345,3 +1369,13 @@ def test_the_command_line_refuses_an_oversized_synthetic_workload_in_one_line(ca
     err = capsys.readouterr().err
     assert err.startswith("dynosim: error: workload.duration_s 1e+12 s at workload.rate 1/s")
     assert "1,000,000,000,000 requests" in err and len(err.splitlines()) == 1
+
+
+def test_a_trace_file_is_hashed_as_its_bytes_are(tmp_path):
+    # file_sha256 reads into one reused buffer of 1 MiB: files shorter, as long and longer.
+    from dynosim.workload.reading import file_sha256
+
+    for size in (0, 1, 1 << 20, (5 << 19) + 3):
+        path = tmp_path / f"t{size}.jsonl"
+        path.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        assert file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest(), size

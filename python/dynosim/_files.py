@@ -35,8 +35,6 @@ MAX_LINE_BYTES = 64 << 20
 #: line, so no line limit applies, but a pipe that never ends is still stopped.
 MAX_DOCUMENT_BYTES = 8 << 30
 
-_CHUNK = 1 << 20
-
 
 def read_input(
     path: str | os.PathLike[str],
@@ -79,17 +77,24 @@ def read_input(
 def _read_lines_bounded(
     fh: BinaryIO, path: str | os.PathLike[str], error: type[Exception], what: str, max_line: int
 ) -> bytes:
-    # Lines inside one chunk are shorter than a chunk (at most max_line): only a line running
-    # across chunks is measured, up to its first break in a later chunk.
+    # Chunks of max_line bytes: a file no longer than that (every usual one) is read in one
+    # call into one buffer, which join returns as it is. Lines inside one chunk are shorter than
+    # a chunk: only a line running across chunks is measured, up to its first break in a later
+    # chunk.
     chunks: list[bytes] = []
     lines = 1
     since_break = 0  # bytes since the last line break
-    while chunk := fh.read(_CHUNK):
+    while chunk := fh.read(max_line):
         chunks.append(chunk)
-        breaks = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
-        first = min(breaks, default=len(chunk))
+        # The first and last break; a '\r' is looked for only before the first '\n' and after
+        # the last, not through a whole chunk that has none.
+        newline = chunk.find(b"\n")
+        first = len(chunk) if newline < 0 else newline
+        cr = chunk.find(b"\r", 0, first)
+        first = first if cr < 0 else cr
         too_long = since_break + first > max_line
-        last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        last = chunk.rfind(b"\n")
+        last = max(last, chunk.rfind(b"\r", last + 1))
         since_break = since_break + len(chunk) if last < 0 else len(chunk) - last - 1
         if too_long or since_break > max_line:
             # The long line starts after the last break before this chunk (too_long), or after

@@ -3,9 +3,10 @@
 //!
 //! [`parse_mooncake`] turns a file's bytes into per-row columns in file order and checks every
 //! row; a bad row gets a message naming the file, the line, the field and the value (as compact
-//! JSON, cut to 80 characters). Rows are read with serde_json: each line straight into the
-//! fields it needs, its hash ids onto the id column, and only a line that fails that is read
-//! again as a [`Value`] to say what is wrong. Sorting rows by timestamp and renumbering
+//! JSON, cut to 80 characters). A row of the usual plain shape is read byte by byte
+//! ([`plain_row`]); any other is read with serde_json: straight into the fields it needs, its
+//! hash ids onto the id column, and only a line that fails that is read again as a [`Value`] to
+//! say what is wrong. Sorting rows by timestamp and renumbering
 //! sessions in arrival order are left to the caller.
 //!
 //! What counts as JSON is serde_json's:
@@ -26,6 +27,9 @@ use serde_json::Value;
 
 use crate::control::Control;
 use crate::error::{Result, SimError};
+
+mod plain_row;
+use plain_row::plain_row;
 
 /// Hash ids, timestamps and delays are below 2**63 (ids must fit an i64 in the replay).
 const BELOW_2_63: u64 = 1 << 63;
@@ -200,6 +204,16 @@ struct Fields {
 /// One non-blank line; its hash ids go onto `ids`.
 fn parse_row(line: &str, trace_block_size: u64, ids: &mut Vec<u64>) -> Checked<Row> {
     let first_id = ids.len();
+    if let Some(row) = plain_row(line.as_bytes(), trace_block_size, ids) {
+        return Ok(row);
+    }
+    ids.truncate(first_id);
+    serde_row(line, trace_block_size, ids)
+}
+
+/// [`parse_row`] for any row, with serde_json.
+fn serde_row(line: &str, trace_block_size: u64, ids: &mut Vec<u64>) -> Checked<Row> {
+    let first_id = ids.len();
     let mut fields = Fields::default();
     let mut reader = serde_json::Deserializer::from_str(line);
     let fast = reader.deserialize_map(RowVisitor(ids, &mut fields));
@@ -248,22 +262,7 @@ fn check(fields: &mut Fields, count: usize, trace_block_size: u64, keys: &str) -
     let input_length = length(in_key, &input)?;
     let output_length = length(out_key, &output)?;
     hash_ids?;
-    let covered = count as u128 * u128::from(trace_block_size);
-    if covered < u128::from(input_length) {
-        return Err(format!(
-            "field 'hash_ids': too few hash ids: got {count}, which cover {covered} tokens at \
-             {trace_block_size} tokens per id, but {in_key} is {input_length}"
-        ));
-    }
-    let too_many = crate::workload::too_many_ids(
-        count as u64,
-        u64::from(input_length),
-        trace_block_size,
-        in_key,
-    );
-    if let Some(message) = too_many {
-        return Err(format!("field 'hash_ids': {message}"));
-    }
+    id_count(count, input_length, trace_block_size, in_key)?;
 
     // JSON null counts as absent.
     let session = match fields.values[SESSION_ID].take() {
@@ -293,6 +292,28 @@ fn check(fields: &mut Fields, count: usize, trace_block_size: u64, keys: &str) -
     })
 }
 
+/// Whether `count` hash ids at `trace_block_size` tokens per id are what a prompt of
+/// `input_length` tokens (given as `in_key`) needs: enough to cover it, and no more.
+fn id_count(count: usize, input_length: u32, trace_block_size: u64, in_key: &str) -> Checked<()> {
+    let covered = count as u128 * u128::from(trace_block_size);
+    if covered < u128::from(input_length) {
+        return Err(format!(
+            "field 'hash_ids': too few hash ids: got {count}, which cover {covered} tokens at \
+             {trace_block_size} tokens per id, but {in_key} is {input_length}"
+        ));
+    }
+    let too_many = crate::workload::too_many_ids(
+        count as u64,
+        u64::from(input_length),
+        trace_block_size,
+        in_key,
+    );
+    match too_many {
+        Some(message) => Err(format!("field 'hash_ids': {message}")),
+        None => Ok(()),
+    }
+}
+
 /// The field `key` or its alias, whichever is given, with the name it is given under.
 fn given(
     values: &mut [Option<Value>; FIELDS.len()],
@@ -313,8 +334,7 @@ fn given(
 fn ms(key: &str, value: &Value) -> Checked<f64> {
     let ms = match value {
         Value::Number(n) => match n.as_u64() {
-            // Rounds to nearest, ties to even.
-            Some(int) => (int < BELOW_2_63).then_some(int as f64),
+            Some(int) => int_ms(int),
             // -0.0 passes: it is not below 0.
             None => n.as_f64().filter(|x| (0.0..BELOW_2_63 as f64).contains(x)),
         },
@@ -323,15 +343,24 @@ fn ms(key: &str, value: &Value) -> Checked<f64> {
     ms.ok_or_else(|| expected(key, "a finite non-negative number of ms", value))
 }
 
+/// An integer timestamp or delay as ms, if below 2**63.
+fn int_ms(int: u64) -> Option<f64> {
+    // Rounds to nearest, ties to even.
+    (int < BELOW_2_63).then_some(int as f64)
+}
+
 /// A token count: an integer (not a bool, not `12.0`) in 1..2**32.
 fn length(key: &str, value: &Value) -> Checked<u32> {
     let n = value
         .as_u64()
         .ok_or_else(|| expected(key, "a non-negative integer", value))?;
-    u32::try_from(n)
-        .ok()
-        .filter(|&n| n > 0)
+    tokens(n)
         .ok_or_else(|| format!("field '{key}': expected between 1 and 2**32 - 1 tokens, got {n}"))
+}
+
+/// `n` as a token count, if in 1..2**32.
+fn tokens(n: u64) -> Option<u32> {
+    u32::try_from(n).ok().filter(|&n| n > 0)
 }
 
 /// The `hash_ids` value onto `ids`, or the message for the first thing in it that is no id.

@@ -248,20 +248,32 @@ impl KvCache {
                     ids,
                     out,
                 } = self;
-                // Slots named are written into `out` by position and spare ones taken from
-                // the top by count, both lengths settled once at the end: a push and a pop
-                // would each check and store a length per block.
-                let start = out.len();
-                out.resize(start + ids.len(), 0);
-                let (mut named, mut spared) = (start, spare.len());
+                // Names take spare slots from the top, so the slots named are the spares
+                // taken, in reverse: they are copied out as one run at the end, and the loop
+                // reads and writes no list but the table and the index. The table does not
+                // grow while spares last (nearly always once the cache has filled): borrowed
+                // as a slice, its length stays in a register.
+                let (table, tops) = (slots.as_mut_slice(), spare.as_slice());
+                let (mut top, mut done) = (tops.len(), 0);
                 for &id in ids {
-                    if let Some(slot) = register_in(index, slots, (spare, &mut spared), id) {
-                        out[named] = slot;
-                        named += 1;
+                    if find_in(index, table, id).is_none() {
+                        let Some(next) = top.checked_sub(1) else {
+                            break;
+                        };
+                        top = next;
+                        let slot = tops[top];
+                        (table[slot as usize].id, table[slot as usize].refcount) = (id, 1);
+                        index.insert(id, slot);
                     }
+                    done += 1;
                 }
-                out.truncate(named);
-                spare.truncate(spared);
+                out.extend(tops[top..].iter().rev());
+                spare.truncate(top);
+                // No spare left (the cache is filling for the first time): the rest take new
+                // slots, one a block.
+                for &id in &ids[done..] {
+                    out.extend(register_in(index, slots, (&[], &mut 0), id));
+                }
             }
         }
         let before = slots.len();
@@ -1046,6 +1058,45 @@ mod tests {
             }
             prop_assert_eq!(cache.active(), 0);
             check_against(&mut cache, &mut model, &prompts)?;
+        }
+
+        /// `register_all` names the same blocks into the same slots as `register` one block
+        /// at a time, whether the spare slots last or run out part way (a cache filling for
+        /// the first time), and leaves the same spares.
+        #[test]
+        fn register_all_names_like_register_one_at_a_time(
+            capacity in 1u32..12,
+            requests in prop::collection::vec(
+                (prop::collection::vec(0..IDS, 0..8), any::<bool>()),
+                1..12,
+            ),
+        ) {
+            let mut one = KvCache::new(capacity, IDS);
+            let mut all = KvCache::new(capacity, IDS);
+            let mut held: Vec<(Vec<u32>, u32)> = Vec::new();
+            for (ids, release_first) in requests {
+                if release_first {
+                    for (slots, private) in held.drain(..) {
+                        one.release(&slots, private);
+                        all.release(&slots, private);
+                    }
+                }
+                let n = ids.len() as u32;
+                if all.available() < n {
+                    continue;
+                }
+                one.allocate(n);
+                all.allocate(n);
+                let by_one: Vec<u32> = ids.iter().filter_map(|&id| one.register(id)).collect();
+                let mut by_all = vec![u32::MAX];
+                let named = all.register_all(&ids, &mut by_all);
+                prop_assert_eq!(by_all[0], u32::MAX);
+                prop_assert_eq!(named as usize, by_all.len() - 1);
+                prop_assert_eq!(&by_all[1..], &by_one[..], "ids {:?}", ids);
+                prop_assert_eq!(&all.spare, &one.spare);
+                prop_assert_eq!(all.slots.len(), one.slots.len());
+                held.push((by_one, n - named));
+            }
         }
 
         /// As an LRU set (offload tiers), the cache inserts, touches and evicts exactly like

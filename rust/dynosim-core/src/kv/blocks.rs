@@ -293,22 +293,26 @@ impl KvCache {
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
-        // Freed blocks are written into the queue by position, its length settled once at
-        // the end: a push would check and store it per block.
+        // The request's slots are copied to the queue's end, last block first, in one run
+        // (room a zero fill would otherwise have to make), then read back in place: freed
+        // blocks are written over them by position, the length settled once at the end (a
+        // push would check and store it per block).
         let queued = self.lru.len();
-        self.lru.resize(queued + slots.len(), (0, 0));
-        let mut end = queued;
-        for &slot in slots.iter().rev() {
-            let s = &mut self.slots[slot as usize];
+        self.lru.extend(slots.iter().rev().map(|&slot| (slot, 0)));
+        let (table, queue) = (&mut self.slots, &mut self.lru[queued..]);
+        let mut freed = 0;
+        for k in 0..queue.len() {
+            let slot = queue[k].0;
+            let s = &mut table[slot as usize];
             s.refcount -= 1;
             if s.refcount == 0 {
-                self.lru[end] = (slot, s.stamp);
-                end += 1;
+                queue[freed] = (slot, s.stamp);
+                freed += 1;
             }
         }
-        self.lru.truncate(end);
+        self.lru.truncate(queued + freed);
         // The blocks no request holds any more, counted once.
-        let freed = (end - queued) as u32;
+        let freed = freed as u32;
         self.active -= freed;
         self.inactive += freed;
     }

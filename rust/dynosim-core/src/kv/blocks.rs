@@ -253,21 +253,21 @@ impl KvCache {
                 // reads and writes no list but the table and the index. The table does not
                 // grow while spares last (nearly always once the cache has filled): borrowed
                 // as a slice, its length stays in a register.
-                let (table, tops) = (slots.as_mut_slice(), spare.as_slice());
-                let (mut top, mut done) = (tops.len(), 0);
+                let table = slots.as_mut_slice();
+                let mut tops = spare.iter().rev();
+                let mut done = 0;
                 for &id in ids {
                     if find_in(index, table, id).is_none() {
-                        let Some(next) = top.checked_sub(1) else {
+                        let Some(&slot) = tops.next() else {
                             break;
                         };
-                        top = next;
-                        let slot = tops[top];
                         (table[slot as usize].id, table[slot as usize].refcount) = (id, 1);
                         index.insert(id, slot);
                     }
                     done += 1;
                 }
-                out.extend(tops[top..].iter().rev());
+                let top = tops.len();
+                out.extend(spare[top..].iter().rev());
                 spare.truncate(top);
                 // No spare left (the cache is filling for the first time): the rest take new
                 // slots, one a block.

@@ -326,7 +326,7 @@ impl KvCache {
             n: u32,
         }
         impl WithForm for Evict<'_> {
-            /// The queue's head after the evictions.
+            /// Entries left in the queue after the evictions.
             type Output = usize;
             fn run<S: Slots>(self, index: &mut S) -> usize {
                 let Evict { mut lru, spare, n } = self;
@@ -339,20 +339,20 @@ impl KvCache {
                     lru.slots[slot as usize].id = NO_ID;
                     *top = slot;
                 }
-                lru.head
+                lru.queue.len()
             }
         }
         let lru = Lru {
-            queue: &self.lru,
-            head: self.lru_head,
+            queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
         };
-        self.lru_head = self.slot_of.with_form(Evict {
+        let left = self.slot_of.with_form(Evict {
             lru,
             spare: &mut self.spare,
             n,
         });
+        self.lru_head = self.lru.len() - left;
         self.inactive -= n;
         self.evictions += u64::from(n);
     }
@@ -363,13 +363,12 @@ impl KvCache {
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
         let mut lru = Lru {
-            queue: &self.lru,
-            head: self.lru_head,
+            queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
         };
         let slot = lru.pop(&mut self.slot_of);
-        self.lru_head = lru.head;
+        self.lru_head = self.lru.len() - lru.queue.len();
         slot
     }
 
@@ -454,9 +453,10 @@ impl KvCache {
 
 /// The parts of a [`KvCache`] an eviction reads and writes besides its index.
 struct Lru<'a> {
-    queue: &'a [(u32, u32)],
-    /// The queue's head, written back by the caller (a local the loop keeps in a register).
-    head: usize,
+    /// The queue from its head on: popping steps the iterator, which needs no bounds check
+    /// per entry; the caller writes the new head back (the queue's length minus what is
+    /// left).
+    queue: std::slice::Iter<'a, (u32, u32)>,
     slots: &'a mut [Slot],
     /// Where evicted identities are kept, when they are.
     evicted: Option<&'a mut Vec<BlockId>>,
@@ -467,8 +467,7 @@ impl Lru<'_> {
     #[inline(always)]
     fn pop(&mut self, index: &mut impl Slots) -> u32 {
         let slot = loop {
-            let (slot, stamp) = self.queue[self.head];
-            self.head += 1;
+            let &(slot, stamp) = self.queue.next().expect("an inactive block to evict");
             if self.slots[slot as usize].stamp == stamp {
                 break slot;
             }

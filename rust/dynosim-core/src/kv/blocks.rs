@@ -202,6 +202,43 @@ impl KvCache {
         slot
     }
 
+    /// `acquire` each of `ids` (a prefix `lookup` found) in turn, appending their slots to
+    /// `out`. The index's form is matched once for all of them and the counts moved once.
+    pub fn acquire_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
+        struct Acquire<'a> {
+            slots: &'a mut [Slot],
+            ids: &'a [BlockId],
+            out: &'a mut Vec<u32>,
+        }
+        impl WithForm for Acquire<'_> {
+            /// Blocks taken out of the inactive ones.
+            type Output = u32;
+            fn run<S: Slots>(self, index: &mut S) -> u32 {
+                let Acquire { slots, ids, out } = self;
+                let mut reused = 0;
+                out.extend(ids.iter().map(|&id| {
+                    let slot = find_in(index, slots, id).expect("acquire follows lookup");
+                    let s = &mut slots[slot as usize];
+                    if s.refcount == 0 {
+                        // Out of the LRU order (see `unlink`).
+                        s.stamp = s.stamp.wrapping_add(1);
+                        reused += 1;
+                    }
+                    s.refcount += 1;
+                    slot
+                }));
+                reused
+            }
+        }
+        let reused = self.slot_of.with_form(Acquire {
+            slots: &mut self.slots,
+            ids,
+            out,
+        });
+        self.inactive -= reused;
+        self.active += reused;
+    }
+
     /// Hand out `n` private blocks, evicting least recently used inactive ones as needed.
     /// The caller checks `available() >= n` first.
     pub fn allocate(&mut self, n: u32) {
@@ -889,10 +926,12 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        /// Admit request `r` (if not held and it fits) with `extra` blocks beyond its prompt.
+        /// Admit request `r` (if not held and it fits) with `extra` blocks beyond its prompt,
+        /// taking its cached prefix one `acquire` at a time or all at once.
         Admit {
             r: usize,
             extra: u32,
+            single: bool,
         },
         /// Name up to `k` more of its prompt blocks, one `register` at a time or all at once.
         Fill {
@@ -916,7 +955,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0usize..4, 0u32..2).prop_map(|(r, extra)| Op::Admit { r, extra }),
+            4 => (0usize..4, 0u32..2, any::<bool>())
+                .prop_map(|(r, extra, single)| Op::Admit { r, extra, single }),
             3 => (0usize..4, 0usize..4, any::<bool>())
                 .prop_map(|(r, k, single)| Op::Fill { r, k, single }),
             1 => (0usize..4, 1u32..3).prop_map(|(r, n)| Op::Grow { r, n }),
@@ -960,7 +1000,7 @@ mod tests {
             let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();
             for op in ops {
                 match op {
-                    Op::Admit { r, extra } => {
+                    Op::Admit { r, extra, single } => {
                         let r = r % prompts.len();
                         if held[r].is_some() {
                             continue;
@@ -973,8 +1013,13 @@ mod tests {
                             continue;
                         }
                         let mut h = Held::default();
-                        for &id in &prompt[..hit.blocks as usize] {
-                            let slot = cache.acquire(id);
+                        let prefix = &prompt[..hit.blocks as usize];
+                        if single {
+                            h.slots.extend(prefix.iter().map(|&id| cache.acquire(id)));
+                        } else {
+                            cache.acquire_all(prefix, &mut h.slots);
+                        }
+                        for (&id, &slot) in prefix.iter().zip(&h.slots) {
                             let known = model.acquire(id);
                             if known == NIL {
                                 let i = model.find(id).unwrap();
@@ -982,9 +1027,9 @@ mod tests {
                             } else {
                                 prop_assert_eq!(slot, known, "acquire({})", id);
                             }
-                            h.slots.push(slot);
                             h.ids.push(id);
                         }
+                        prop_assert_eq!(h.slots.len(), prefix.len());
                         cache.allocate(need);
                         model.allocate(need);
                         h.private = need;

@@ -330,26 +330,20 @@ impl KvCache {
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
-        // The request's slots are copied to the queue's end, last block first, in one run
-        // (room a zero fill would otherwise have to make), then read back in place: freed
-        // blocks are written over them by position, the length settled once at the end (a
-        // push would check and store it per block).
-        let queued = self.lru.len();
-        self.lru.extend(slots.iter().rev().map(|&slot| (slot, 0)));
-        let (table, queue) = (&mut self.slots, &mut self.lru[queued..]);
+        // Every block released gets an entry, last block first, appended as one counted run
+        // (no branch and no length check per block). A block another request still holds
+        // gets an entry already stale (its slot's stamp minus one, a stamp the slot had and
+        // does not get again), which eviction skips as it skips any stale entry.
+        let table = &mut self.slots;
         let mut freed = 0;
-        for k in 0..queue.len() {
-            let slot = queue[k].0;
+        self.lru.extend(slots.iter().rev().map(|&slot| {
             let s = &mut table[slot as usize];
             s.refcount -= 1;
-            if s.refcount == 0 {
-                queue[freed] = (slot, s.stamp);
-                freed += 1;
-            }
-        }
-        self.lru.truncate(queued + freed);
+            let held = s.refcount != 0;
+            freed += u32::from(!held);
+            (slot, s.stamp.wrapping_sub(u32::from(held)))
+        }));
         // The blocks no request holds any more, counted once.
-        let freed = freed as u32;
         self.active -= freed;
         self.inactive += freed;
     }
@@ -457,8 +451,8 @@ impl KvCache {
     /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
     /// when at most about half the queued entries are live, so each stale entry is read about
     /// once; a few times the capacity of stale entries at most pile up between runs (a release
-    /// checks once, then pushes up to a capacity of entries), each bump of a stamp making one,
-    /// so no stamp wraps onto a stale entry.
+    /// checks once, then pushes up to a capacity of entries), each bump of a stamp or release
+    /// of a block still held making one, so no stamp wraps onto a stale entry.
     #[cold]
     #[inline(never)]
     fn compact_lru(&mut self) {

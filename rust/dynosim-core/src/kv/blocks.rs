@@ -204,7 +204,17 @@ impl KvCache {
 
     /// `acquire` each of `ids` (a prefix `lookup` found) in turn, appending their slots to
     /// `out`. The index's form is matched once for all of them and the counts moved once.
+    // Inline: most prompts find nothing cached, and skip the call.
+    #[inline]
     pub fn acquire_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
+        if !ids.is_empty() {
+            self.acquire_run(ids, out);
+        }
+    }
+
+    /// `acquire_all` of a prefix of at least one block.
+    #[inline(never)]
+    fn acquire_run(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
         struct Acquire<'a> {
             slots: &'a mut [Slot],
             ids: &'a [BlockId],

@@ -202,6 +202,53 @@ impl KvCache {
         slot
     }
 
+    /// `acquire` each of `ids` (a prefix `lookup` found) in turn, appending their slots to
+    /// `out`. The index's form is matched once for all of them and the counts moved once.
+    // Inline: most prompts find nothing cached, and skip the call.
+    #[inline]
+    pub fn acquire_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
+        if !ids.is_empty() {
+            self.acquire_run(ids, out);
+        }
+    }
+
+    /// `acquire_all` of a prefix of at least one block.
+    #[inline(never)]
+    fn acquire_run(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
+        struct Acquire<'a> {
+            slots: &'a mut [Slot],
+            ids: &'a [BlockId],
+            out: &'a mut Vec<u32>,
+        }
+        impl WithForm for Acquire<'_> {
+            /// Blocks taken out of the inactive ones.
+            type Output = u32;
+            fn run<S: Slots>(self, index: &mut S) -> u32 {
+                let Acquire { slots, ids, out } = self;
+                let mut reused = 0;
+                out.extend(ids.iter().map(|&id| {
+                    let slot = find_in(index, slots, id).expect("acquire follows lookup");
+                    let s = &mut slots[slot as usize];
+                    if s.refcount == 0 {
+                        // Out of the LRU order (see `unlink`).
+                        s.stamp = s.stamp.wrapping_add(1);
+                        reused += 1;
+                    }
+                    s.refcount += 1;
+                    slot
+                }));
+                reused
+            }
+        }
+        let reused = self.slot_of.with_form(Acquire {
+            slots: &mut self.slots,
+            ids,
+            out,
+        });
+        self.inactive -= reused;
+        self.active += reused;
+    }
+
     /// Hand out `n` private blocks, evicting least recently used inactive ones as needed.
     /// The caller checks `available() >= n` first.
     pub fn allocate(&mut self, n: u32) {
@@ -248,20 +295,32 @@ impl KvCache {
                     ids,
                     out,
                 } = self;
-                // Slots named are written into `out` by position and spare ones taken from
-                // the top by count, both lengths settled once at the end: a push and a pop
-                // would each check and store a length per block.
-                let start = out.len();
-                out.resize(start + ids.len(), 0);
-                let (mut named, mut spared) = (start, spare.len());
+                // Names take spare slots from the top, so the slots named are the spares
+                // taken, in reverse: they are copied out as one run at the end, and the loop
+                // reads and writes no list but the table and the index. The table does not
+                // grow while spares last (nearly always once the cache has filled): borrowed
+                // as a slice, its length stays in a register.
+                let table = slots.as_mut_slice();
+                let mut tops = spare.iter().rev();
+                let mut done = 0;
                 for &id in ids {
-                    if let Some(slot) = register_in(index, slots, (spare, &mut spared), id) {
-                        out[named] = slot;
-                        named += 1;
+                    if find_in(index, table, id).is_none() {
+                        let Some(&slot) = tops.next() else {
+                            break;
+                        };
+                        (table[slot as usize].id, table[slot as usize].refcount) = (id, 1);
+                        index.insert(id, slot);
                     }
+                    done += 1;
                 }
-                out.truncate(named);
-                spare.truncate(spared);
+                let top = tops.len();
+                out.extend(spare[top..].iter().rev());
+                spare.truncate(top);
+                // No spare left (the cache is filling for the first time): the rest take new
+                // slots, one a block.
+                for &id in &ids[done..] {
+                    out.extend(register_in(index, slots, (&[], &mut 0), id));
+                }
             }
         }
         let before = slots.len();
@@ -281,22 +340,20 @@ impl KvCache {
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
-        // Freed blocks are written into the queue by position, its length settled once at
-        // the end: a push would check and store it per block.
-        let queued = self.lru.len();
-        self.lru.resize(queued + slots.len(), (0, 0));
-        let mut end = queued;
-        for &slot in slots.iter().rev() {
-            let s = &mut self.slots[slot as usize];
+        // Every block released gets an entry, last block first, appended as one counted run
+        // (no branch and no length check per block). A block another request still holds
+        // gets an entry already stale (its slot's stamp minus one, a stamp the slot had and
+        // does not get again), which eviction skips as it skips any stale entry.
+        let table = &mut self.slots;
+        let mut freed = 0;
+        self.lru.extend(slots.iter().rev().map(|&slot| {
+            let s = &mut table[slot as usize];
             s.refcount -= 1;
-            if s.refcount == 0 {
-                self.lru[end] = (slot, s.stamp);
-                end += 1;
-            }
-        }
-        self.lru.truncate(end);
+            let held = s.refcount != 0;
+            freed += u32::from(!held);
+            (slot, s.stamp.wrapping_sub(u32::from(held)))
+        }));
         // The blocks no request holds any more, counted once.
-        let freed = (end - queued) as u32;
         self.active -= freed;
         self.inactive += freed;
     }
@@ -310,7 +367,7 @@ impl KvCache {
             n: u32,
         }
         impl WithForm for Evict<'_> {
-            /// The queue's head after the evictions.
+            /// Entries left in the queue after the evictions.
             type Output = usize;
             fn run<S: Slots>(self, index: &mut S) -> usize {
                 let Evict { mut lru, spare, n } = self;
@@ -323,20 +380,20 @@ impl KvCache {
                     lru.slots[slot as usize].id = NO_ID;
                     *top = slot;
                 }
-                lru.head
+                lru.queue.len()
             }
         }
         let lru = Lru {
-            queue: &self.lru,
-            head: self.lru_head,
+            queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
         };
-        self.lru_head = self.slot_of.with_form(Evict {
+        let left = self.slot_of.with_form(Evict {
             lru,
             spare: &mut self.spare,
             n,
         });
+        self.lru_head = self.lru.len() - left;
         self.inactive -= n;
         self.evictions += u64::from(n);
     }
@@ -347,13 +404,12 @@ impl KvCache {
     #[inline(always)]
     fn pop_lru(&mut self) -> u32 {
         let mut lru = Lru {
-            queue: &self.lru,
-            head: self.lru_head,
+            queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
             evicted: self.record_evicted.then_some(&mut self.evicted),
         };
         let slot = lru.pop(&mut self.slot_of);
-        self.lru_head = lru.head;
+        self.lru_head = self.lru.len() - lru.queue.len();
         slot
     }
 
@@ -405,8 +461,8 @@ impl KvCache {
     /// Drop the popped and stale entries of the LRU queue, keeping the live ones in order. Run
     /// when at most about half the queued entries are live, so each stale entry is read about
     /// once; a few times the capacity of stale entries at most pile up between runs (a release
-    /// checks once, then pushes up to a capacity of entries), each bump of a stamp making one,
-    /// so no stamp wraps onto a stale entry.
+    /// checks once, then pushes up to a capacity of entries), each bump of a stamp or release
+    /// of a block still held making one, so no stamp wraps onto a stale entry.
     #[cold]
     #[inline(never)]
     fn compact_lru(&mut self) {
@@ -438,9 +494,10 @@ impl KvCache {
 
 /// The parts of a [`KvCache`] an eviction reads and writes besides its index.
 struct Lru<'a> {
-    queue: &'a [(u32, u32)],
-    /// The queue's head, written back by the caller (a local the loop keeps in a register).
-    head: usize,
+    /// The queue from its head on: popping steps the iterator, which needs no bounds check
+    /// per entry; the caller writes the new head back (the queue's length minus what is
+    /// left).
+    queue: std::slice::Iter<'a, (u32, u32)>,
     slots: &'a mut [Slot],
     /// Where evicted identities are kept, when they are.
     evicted: Option<&'a mut Vec<BlockId>>,
@@ -451,8 +508,7 @@ impl Lru<'_> {
     #[inline(always)]
     fn pop(&mut self, index: &mut impl Slots) -> u32 {
         let slot = loop {
-            let (slot, stamp) = self.queue[self.head];
-            self.head += 1;
+            let &(slot, stamp) = self.queue.next().expect("an inactive block to evict");
             if self.slots[slot as usize].stamp == stamp {
                 break slot;
             }
@@ -874,10 +930,12 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        /// Admit request `r` (if not held and it fits) with `extra` blocks beyond its prompt.
+        /// Admit request `r` (if not held and it fits) with `extra` blocks beyond its prompt,
+        /// taking its cached prefix one `acquire` at a time or all at once.
         Admit {
             r: usize,
             extra: u32,
+            single: bool,
         },
         /// Name up to `k` more of its prompt blocks, one `register` at a time or all at once.
         Fill {
@@ -901,7 +959,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0usize..4, 0u32..2).prop_map(|(r, extra)| Op::Admit { r, extra }),
+            4 => (0usize..4, 0u32..2, any::<bool>())
+                .prop_map(|(r, extra, single)| Op::Admit { r, extra, single }),
             3 => (0usize..4, 0usize..4, any::<bool>())
                 .prop_map(|(r, k, single)| Op::Fill { r, k, single }),
             1 => (0usize..4, 1u32..3).prop_map(|(r, n)| Op::Grow { r, n }),
@@ -945,7 +1004,7 @@ mod tests {
             let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();
             for op in ops {
                 match op {
-                    Op::Admit { r, extra } => {
+                    Op::Admit { r, extra, single } => {
                         let r = r % prompts.len();
                         if held[r].is_some() {
                             continue;
@@ -958,8 +1017,13 @@ mod tests {
                             continue;
                         }
                         let mut h = Held::default();
-                        for &id in &prompt[..hit.blocks as usize] {
-                            let slot = cache.acquire(id);
+                        let prefix = &prompt[..hit.blocks as usize];
+                        if single {
+                            h.slots.extend(prefix.iter().map(|&id| cache.acquire(id)));
+                        } else {
+                            cache.acquire_all(prefix, &mut h.slots);
+                        }
+                        for (&id, &slot) in prefix.iter().zip(&h.slots) {
                             let known = model.acquire(id);
                             if known == NIL {
                                 let i = model.find(id).unwrap();
@@ -967,9 +1031,9 @@ mod tests {
                             } else {
                                 prop_assert_eq!(slot, known, "acquire({})", id);
                             }
-                            h.slots.push(slot);
                             h.ids.push(id);
                         }
+                        prop_assert_eq!(h.slots.len(), prefix.len());
                         cache.allocate(need);
                         model.allocate(need);
                         h.private = need;
@@ -1046,6 +1110,45 @@ mod tests {
             }
             prop_assert_eq!(cache.active(), 0);
             check_against(&mut cache, &mut model, &prompts)?;
+        }
+
+        /// `register_all` names the same blocks into the same slots as `register` one block
+        /// at a time, whether the spare slots last or run out part way (a cache filling for
+        /// the first time), and leaves the same spares.
+        #[test]
+        fn register_all_names_like_register_one_at_a_time(
+            capacity in 1u32..12,
+            requests in prop::collection::vec(
+                (prop::collection::vec(0..IDS, 0..8), any::<bool>()),
+                1..12,
+            ),
+        ) {
+            let mut one = KvCache::new(capacity, IDS);
+            let mut all = KvCache::new(capacity, IDS);
+            let mut held: Vec<(Vec<u32>, u32)> = Vec::new();
+            for (ids, release_first) in requests {
+                if release_first {
+                    for (slots, private) in held.drain(..) {
+                        one.release(&slots, private);
+                        all.release(&slots, private);
+                    }
+                }
+                let n = ids.len() as u32;
+                if all.available() < n {
+                    continue;
+                }
+                one.allocate(n);
+                all.allocate(n);
+                let by_one: Vec<u32> = ids.iter().filter_map(|&id| one.register(id)).collect();
+                let mut by_all = vec![u32::MAX];
+                let named = all.register_all(&ids, &mut by_all);
+                prop_assert_eq!(by_all[0], u32::MAX);
+                prop_assert_eq!(named as usize, by_all.len() - 1);
+                prop_assert_eq!(&by_all[1..], &by_one[..], "ids {:?}", ids);
+                prop_assert_eq!(&all.spare, &one.spare);
+                prop_assert_eq!(all.slots.len(), one.slots.len());
+                held.push((by_one, n - named));
+            }
         }
 
         /// As an LRU set (offload tiers), the cache inserts, touches and evicts exactly like

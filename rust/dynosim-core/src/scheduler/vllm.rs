@@ -85,9 +85,7 @@ impl Seq {
     /// Take the prefix `hit` of the prompt blocks `ids` (its first `hit.blocks` blocks, cached)
     /// and `blocks` more private blocks; the caller checked that they fit.
     fn hold(&mut self, cache: &mut KvCache, ids: &[BlockId], hit: PrefixHit, blocks: u32) {
-        for &id in &ids[..hit.blocks as usize] {
-            self.slots.push(cache.acquire(id));
-        }
+        cache.acquire_all(&ids[..hit.blocks as usize], &mut self.slots);
         self.named = hit.blocks;
         cache.allocate(blocks);
         self.private = blocks;
@@ -452,9 +450,8 @@ impl VllmScheduler {
         let target = self.seqs[id as usize].target();
         self.waiting_blocks -= self.blocks_for(u64::from(target));
         let seq = &mut self.seqs[id as usize];
-        for &block in &self.ids.of(seq.request as usize)[..head.hit.blocks as usize] {
-            seq.slots.push(self.cache.acquire(block));
-        }
+        let prefix = &self.ids.of(seq.request as usize)[..head.hit.blocks as usize];
+        self.cache.acquire_all(prefix, &mut seq.slots);
         seq.named = head.hit.blocks;
         seq.computed = head.cached;
         records.admit(seq.request as usize, now, head.cached);

@@ -50,12 +50,13 @@ impl WeightedSamples {
         sealed.chain([self.current.as_slice()]).collect()
     }
 
+    /// The runs in order.
+    fn runs(&self) -> impl Iterator<Item = &(f64, u64)> {
+        self.sealed.iter().flatten().chain(&self.current)
+    }
+
     pub fn count(&self) -> u64 {
-        self.parts()
-            .iter()
-            .flat_map(|p| p.iter())
-            .map(|r| r.1)
-            .sum()
+        self.runs().map(|r| r.1).sum()
     }
 
     /// The distribution of all samples pushed so far.
@@ -68,7 +69,7 @@ impl WeightedSamples {
     pub fn cdf(&self) -> Cdf {
         let mut bins = CdfBins::default();
         let mut max = f64::NEG_INFINITY;
-        for &(v, c) in self.parts().iter().flat_map(|p| p.iter()) {
+        for &(v, c) in self.runs() {
             bins.add(v, c);
             max = max.max(v);
         }

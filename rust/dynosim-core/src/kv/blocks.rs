@@ -22,6 +22,25 @@ struct Slot {
     stamp: u32,
 }
 
+impl Slot {
+    /// Leave the LRU order: its queued entry no longer carries the slot's stamp.
+    #[inline(always)]
+    fn unlink(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+    }
+
+    /// Take a reference; whether the block was inactive (it then leaves the LRU order).
+    #[inline(always)]
+    fn take(&mut self) -> bool {
+        let inactive = self.refcount == 0;
+        if inactive {
+            self.unlink();
+        }
+        self.refcount += 1;
+        inactive
+    }
+}
+
 /// Stale LRU entries allowed beyond the live ones before they are dropped, at least (few in
 /// the tests, so their short runs drop them often).
 const LRU_SLACK: usize = if cfg!(test) { 2 } else { 64 };
@@ -112,7 +131,7 @@ impl KvCache {
         for &id in ids {
             if let Some(slot) = self.find(id) {
                 if !self.is_most_recent(slot) {
-                    self.unlink(slot);
+                    self.slots[slot as usize].unlink();
                     self.push_back(slot);
                 }
                 continue;
@@ -193,12 +212,10 @@ impl KvCache {
     /// Take a reference on the cached block `id` (found by `lookup`), returning its slot.
     pub fn acquire(&mut self, id: BlockId) -> u32 {
         let slot = self.find(id).expect("acquire follows lookup");
-        if self.slots[slot as usize].refcount == 0 {
-            self.unlink(slot);
+        if self.slots[slot as usize].take() {
             self.inactive -= 1;
             self.active += 1;
         }
-        self.slots[slot as usize].refcount += 1;
         slot
     }
 
@@ -228,13 +245,7 @@ impl KvCache {
                 let mut reused = 0;
                 out.extend(ids.iter().map(|&id| {
                     let slot = find_in(index, slots, id).expect("acquire follows lookup");
-                    let s = &mut slots[slot as usize];
-                    if s.refcount == 0 {
-                        // Out of the LRU order (see `unlink`).
-                        s.stamp = s.stamp.wrapping_add(1);
-                        reused += 1;
-                    }
-                    s.refcount += 1;
+                    reused += u32::from(slots[slot as usize].take());
                     slot
                 }));
                 reused
@@ -483,12 +494,6 @@ impl KvCache {
     fn is_most_recent(&self, slot: u32) -> bool {
         self.lru.len() > self.lru_head
             && self.lru.last() == Some(&(slot, self.slots[slot as usize].stamp))
-    }
-
-    /// Take inactive `slot` out of the LRU order.
-    fn unlink(&mut self, slot: u32) {
-        let s = &mut self.slots[slot as usize];
-        s.stamp = s.stamp.wrapping_add(1);
     }
 }
 

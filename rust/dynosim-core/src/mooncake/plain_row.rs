@@ -1,7 +1,8 @@
 //! The shape nearly every row of a Mooncake trace has, read byte by byte: an object of
 //! `timestamp`, `input_length`, `output_length` (or their aliases) given as plain integers and
-//! `hash_ids` as a list of them, in any order and spacing. serde_json spends most of a trace's
-//! reading on the hash ids (a few dozen per row); this reads them several times faster.
+//! `hash_ids` as a list of them, keys in any order, at most one space between tokens.
+//! serde_json spends most of a trace's reading on the hash ids (a few dozen per row); this
+//! reads them several times faster.
 //!
 //! Anything else (another key, an escape in a key, a repeated key, a float, null, a bad value)
 //! makes [`plain_row`] answer None and leaves the row to the serde_json reading, so what it

@@ -58,7 +58,11 @@ def read_input(
                 kind = "a directory" if stat.S_ISDIR(status.st_mode) else "a device or socket"
                 raise error(f"{path}: cannot read the {what}: not a regular file ({kind})")
             if max_line is not None:
-                return _read_lines_bounded(fh, path, error, what, max_line)
+                # A regular file is read in chunks of its size (plus one, to see its end in one
+                # read): asking for max_line bytes makes Python allocate, and fault in, that
+                # much for every read.
+                size = status.st_size + 1 if stat.S_ISREG(status.st_mode) else max_line
+                return _read_lines_bounded(fh, path, error, what, max_line, min(size, max_line))
             if max_bytes is None:
                 return fh.read()
             data = b"" if status.st_size > max_bytes else fh.read(max_bytes + 1)
@@ -75,16 +79,21 @@ def read_input(
 
 
 def _read_lines_bounded(
-    fh: BinaryIO, path: str | os.PathLike[str], error: type[Exception], what: str, max_line: int
+    fh: BinaryIO,
+    path: str | os.PathLike[str],
+    error: type[Exception],
+    what: str,
+    max_line: int,
+    chunk_bytes: int,
 ) -> bytes:
-    # Chunks of max_line bytes: a file no longer than that (every usual one) is read in one
-    # call into one buffer, which join returns as it is. Lines inside one chunk are shorter than
-    # a chunk: only a line running across chunks is measured, up to its first break in a later
-    # chunk.
+    # Chunks of chunk_bytes (at most max_line): a file no longer than that (every usual one) is
+    # read in one call into one buffer, which join returns as it is. Lines inside one chunk are
+    # no longer than max_line: only a line running across chunks is measured, up to its first
+    # break in a later chunk.
     chunks: list[bytes] = []
     lines = 1
     since_break = 0  # bytes since the last line break
-    while chunk := fh.read(max_line):
+    while chunk := fh.read(chunk_bytes):
         chunks.append(chunk)
         # The first and last break; a '\r' is looked for only before the first '\n' and after
         # the last, not through a whole chunk that has none.

@@ -13,6 +13,7 @@ pub mod kv;
 pub mod links;
 pub mod mooncake;
 pub mod offload;
+pub mod prefetch;
 pub mod prepared;
 pub mod replay;
 pub mod report;

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::prefetch;
+
 /// Samples with multiplicities. Equal consecutive values merge, which keeps inter-token
 /// latencies compact: every request decoding in one pass sees the same gap.
 #[derive(Debug, Clone, Default)]
@@ -218,8 +220,16 @@ impl Distribution {
         let mut hist: Box<[u64; 1 << 16]> = vec![0; 1 << 16].try_into().unwrap();
         let mut sum = 0.0;
         let mut in_bucket: Vec<u16> = Vec::with_capacity(len);
-        for part in parts {
-            in_bucket.extend(part.iter().map(|r| {
+        // The runs were written long before: the sweeps ask for them ahead.
+        let (per_line, ahead) = prefetch::stride_and_ahead::<R>();
+        for (k, part) in parts.iter().enumerate() {
+            if let Some(next) = parts.get(k + 1) {
+                prefetch::prefetch_start(next);
+            }
+            in_bucket.extend(part.iter().enumerate().map(|(i, r)| {
+                if i % per_line == 0 {
+                    prefetch::prefetch(part, i + ahead);
+                }
                 let (v, c) = r.run();
                 sum += v * c as f64;
                 if let Some(bins) = cdf.as_deref_mut() {
@@ -240,9 +250,15 @@ impl Distribution {
         };
         // Lanes by position in the whole sequence: parts before the last are multiples of 4.
         let mut squares = [0.0; 4];
-        for part in parts {
+        for (k, part) in parts.iter().enumerate() {
+            if let Some(next) = parts.get(k + 1) {
+                prefetch::prefetch_start(next);
+            }
             let mut chunks = part.chunks_exact(4);
-            for chunk in &mut chunks {
+            for (j, chunk) in (&mut chunks).enumerate() {
+                if (4 * j) % per_line == 0 {
+                    prefetch::prefetch(part, 4 * j + ahead);
+                }
                 for (s, r) in squares.iter_mut().zip(chunk) {
                     *s += square(r);
                 }

@@ -7,10 +7,10 @@
 //! running at memory bandwidth (twice as fast on the summary of the conversation trace).
 
 /// Bytes a sweep asks for ahead of where it reads.
-pub const AHEAD_BYTES: usize = 4096;
+const AHEAD_BYTES: usize = 4096;
 
 /// Bytes of a cache line: a sweep asks once per line.
-pub const LINE_BYTES: usize = 64;
+const LINE_BYTES: usize = 64;
 
 /// Ask for the cache line holding `items[at]` (or where it would be: any index is allowed,
 /// past the end too) to be loaded into the cache. Nothing else changes; no effect on
@@ -29,7 +29,7 @@ pub fn prefetch<T>(items: &[T], at: usize) {
 }
 
 /// Items of `T` per cache line, and how many items ahead a sweep over `T` asks for.
-pub const fn stride_and_ahead<T>() -> (usize, usize) {
+const fn stride_and_ahead<T>() -> (usize, usize) {
     let size = if std::mem::size_of::<T>() == 0 {
         1
     } else {
@@ -41,6 +41,16 @@ pub const fn stride_and_ahead<T>() -> (usize, usize) {
         LINE_BYTES / size
     };
     (per_line, AHEAD_BYTES / size)
+}
+
+/// At item `i` of a sweep through `items`: once per cache line, [`prefetch`] the item
+/// [`AHEAD_BYTES`] further on.
+#[inline(always)]
+pub fn ahead<T>(items: &[T], i: usize) {
+    let (per_line, ahead) = stride_and_ahead::<T>();
+    if i % per_line == 0 {
+        prefetch(items, i + ahead);
+    }
 }
 
 /// [`prefetch`] the first [`AHEAD_BYTES`] of `items`: a sweep about to reach a next part of
@@ -73,6 +83,7 @@ mod tests {
         let items = [1u64, 2, 3];
         prefetch(&items, 1 << 40);
         prefetch(&items, usize::MAX);
+        ahead(&items, 0);
         prefetch_start(&items);
         prefetch_start::<u64>(&[]);
         assert_eq!(items, [1, 2, 3]);

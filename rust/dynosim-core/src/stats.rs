@@ -221,15 +221,12 @@ impl Distribution {
         let mut sum = 0.0;
         let mut in_bucket: Vec<u16> = Vec::with_capacity(len);
         // The runs were written long before: the sweeps ask for them ahead.
-        let (per_line, ahead) = prefetch::stride_and_ahead::<R>();
         for (k, part) in parts.iter().enumerate() {
             if let Some(next) = parts.get(k + 1) {
                 prefetch::prefetch_start(next);
             }
             in_bucket.extend(part.iter().enumerate().map(|(i, r)| {
-                if i % per_line == 0 {
-                    prefetch::prefetch(part, i + ahead);
-                }
+                prefetch::ahead(part, i);
                 let (v, c) = r.run();
                 sum += v * c as f64;
                 if let Some(bins) = cdf.as_deref_mut() {
@@ -256,9 +253,7 @@ impl Distribution {
             }
             let mut chunks = part.chunks_exact(4);
             for (j, chunk) in (&mut chunks).enumerate() {
-                if (4 * j) % per_line == 0 {
-                    prefetch::prefetch(part, 4 * j + ahead);
-                }
+                prefetch::ahead(part, 4 * j);
                 for (s, r) in squares.iter_mut().zip(chunk) {
                     *s += square(r);
                 }

@@ -34,9 +34,13 @@ const MI_OPTION_PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
 /// (`MADV_DONTNEED`): the kernel takes them when memory runs short, and until then the next
 /// replay reuses them without a page fault and the zeroing of a fresh page (a tenth of a
 /// replay that follows other work). They count in the resident size until taken.
-/// `MIMALLOC_PURGE_DECOMMITS` in the environment still decides.
+/// `MIMALLOC_PURGE_DECOMMITS` (or its older name `MIMALLOC_RESET_DECOMMITS`) in the
+/// environment still decides.
 fn purge_lazily() {
-    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
+    let given = ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some());
+    if !given {
         // SAFETY: sets one integer option, which mimalloc reads at each purge.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) };
     }

@@ -189,7 +189,9 @@ impl KvCache {
         self.slots.iter().map(|s| s.refcount).collect()
     }
 
-    /// The longest run of leading blocks of `ids` the cache holds.
+    /// The longest run of leading blocks of `ids` the cache holds. The index entries of the
+    /// blocks after it are asked for on the way out: the request names them when its prefill
+    /// computes them, and identities new to the rank have cold entries.
     pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
         let mut hit = PrefixHit {
             blocks: 0,
@@ -206,6 +208,7 @@ impl KvCache {
                 None => break,
             }
         }
+        self.slot_of.prefetch(&ids[hit.blocks as usize..]);
         hit
     }
 

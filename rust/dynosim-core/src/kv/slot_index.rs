@@ -175,6 +175,25 @@ impl SlotIndex {
         }
     }
 
+    /// Ask for the entries of `ids` to be loaded into the cache ahead of naming them (a dense
+    /// index only: its entries for identities new to the rank are cold). A prompt's identities
+    /// run in consecutive stretches: asking for the first and last of every 16 covers the
+    /// lines of a stretch without reading each identity.
+    #[inline]
+    pub fn prefetch(&self, ids: &[BlockId]) {
+        fn each<T>(v: &[T], ids: &[BlockId]) {
+            for group in ids.chunks(16) {
+                crate::prefetch::prefetch(v, group[0] as usize);
+                crate::prefetch::prefetch(v, group[group.len() - 1] as usize);
+            }
+        }
+        match self {
+            SlotIndex::Narrow(v) => each(v, ids),
+            SlotIndex::Wide(v) => each(v, ids),
+            SlotIndex::Hashed(_) => {}
+        }
+    }
+
     /// `id` left its slot. A hash table removes it (its size follows the identities held); a
     /// dense array keeps the stale entry, as clearing it would cost an eviction a cache miss
     /// into an array over the whole workload, and the slot's own identity tells it stale.

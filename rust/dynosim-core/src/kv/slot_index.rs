@@ -10,6 +10,7 @@
 //! is iterated, so the choice cannot reach a result.
 
 use crate::block_ids::BlockId;
+use crate::prefetch;
 
 /// Bytes of dense index allowed per block of cache capacity.
 pub const DENSE_BYTES_PER_BLOCK: u64 = 512;
@@ -183,8 +184,8 @@ impl SlotIndex {
     pub fn prefetch(&self, ids: &[BlockId]) {
         fn each<T>(v: &[T], ids: &[BlockId]) {
             for group in ids.chunks(16) {
-                crate::prefetch::prefetch(v, group[0] as usize);
-                crate::prefetch::prefetch(v, group[group.len() - 1] as usize);
+                prefetch::prefetch(v, group[0] as usize);
+                prefetch::prefetch(v, group[group.len() - 1] as usize);
             }
         }
         match self {

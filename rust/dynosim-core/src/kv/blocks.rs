@@ -190,8 +190,10 @@ impl KvCache {
     }
 
     /// The longest run of leading blocks of `ids` the cache holds. The index entries of the
-    /// blocks after it are asked for on the way out: the request names them when its prefill
-    /// computes them, and identities new to the rank have cold entries.
+    /// blocks after it are asked for on the way out: a request that takes this rank names
+    /// them as its prefill computes them (or its KV arrives), and identities new to the rank
+    /// have cold entries. A lookup that only scores the rank (KV-aware routing) asks in vain,
+    /// yet asking here measured faster than asking where a request takes the rank, even then.
     pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
         let mut hit = PrefixHit {
             blocks: 0,

@@ -178,8 +178,9 @@ impl SlotIndex {
 
     /// Ask for the entries of `ids` to be loaded into the cache ahead of naming them (a dense
     /// index only: its entries for identities new to the rank are cold). A prompt's identities
-    /// run in consecutive stretches: asking for the first and last of every 16 covers the
-    /// lines of a stretch without reading each identity.
+    /// run in consecutive stretches, and 16 entries of either dense form fit in a 64-byte
+    /// line: 16 consecutive identities span at most two lines, those of the first and the
+    /// last, so asking for those two of every 16 covers a stretch without reading each.
     #[inline]
     pub fn prefetch(&self, ids: &[BlockId]) {
         fn each<T>(v: &[T], ids: &[BlockId]) {

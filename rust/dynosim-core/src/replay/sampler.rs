@@ -85,6 +85,7 @@ impl Sampler {
     }
 
     /// Worker `w`'s (waiting, running) requests, all its ranks.
+    #[inline]
     fn requests_of(cluster: &Cluster, w: usize) -> (u64, u64) {
         let (mut queued, mut running) = (0, 0);
         for rank in &cluster.ranks[cluster.workers[w].ranks()] {
@@ -95,6 +96,7 @@ impl Sampler {
     }
 
     /// KV blocks in use on worker `w`, all its ranks.
+    #[inline]
     fn blocks_of(cluster: &Cluster, w: usize) -> u32 {
         let ranks = &cluster.ranks[cluster.workers[w].ranks()];
         ranks.iter().map(|r| r.active_blocks()).sum()

@@ -111,6 +111,11 @@ impl KvCache {
         out.append(&mut self.evicted);
     }
 
+    /// Whether evicted identities are kept (`record_evictions`).
+    pub fn records_evictions(&self) -> bool {
+        self.record_evicted
+    }
+
     /// Whether evictions are waiting for `drain_evicted_into`.
     pub fn has_evicted(&self) -> bool {
         !self.evicted.is_empty()

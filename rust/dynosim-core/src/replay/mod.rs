@@ -43,7 +43,7 @@ pub fn replay(
     config: &SimConfig,
     control: Option<&Control>,
 ) -> Result<Report> {
-    run(workload, None, config, control, true)
+    run(workload, None, config, control, Shortcuts::ALL)
 }
 
 /// `replay` of a prepared workload: the same report, with the block identities it already
@@ -53,18 +53,41 @@ pub fn replay_prepared(
     config: &SimConfig,
     control: Option<&Control>,
 ) -> Result<Report> {
-    run(&prepared.workload(), Some(prepared), config, control, true)
+    run(
+        &prepared.workload(),
+        Some(prepared),
+        config,
+        control,
+        Shortcuts::ALL,
+    )
 }
 
-/// `replay`; `prepared` holds the block identities of `workload` when given;
-/// `chain_plain_passes: false` sends every pass through the event loop (the tests check that
-/// chaining changes nothing).
+/// The loop's shortcuts, each of which changes no result (the tests replay without them):
+/// `chain_plain_passes` runs plain decode passes outside the event loop, and
+/// `continue_plain_passes` lets a rank that nothing outside can reach plan its next pass as
+/// its pass ends.
+#[derive(Debug, Clone, Copy)]
+struct Shortcuts {
+    chain_plain_passes: bool,
+    continue_plain_passes: bool,
+}
+
+impl Shortcuts {
+    const ALL: Shortcuts = Shortcuts {
+        chain_plain_passes: true,
+        continue_plain_passes: true,
+    };
+}
+
+/// `replay`; `prepared` holds the block identities of `workload` when given; `shortcuts`
+/// off send every pass through the event loop and plan it there (the tests check that the
+/// shortcuts change nothing).
 fn run(
     workload: &Workload,
     prepared: Option<&PreparedWorkload>,
     config: &SimConfig,
     control: Option<&Control>,
-    chain_plain_passes: bool,
+    shortcuts: Shortcuts,
 ) -> Result<Report> {
     config.check_replayable()?;
     workload.validate()?;
@@ -193,7 +216,7 @@ fn run(
         // the horizon.
         for &w in &new_passes {
             let w = w as usize;
-            if chain_plain_passes && cluster.runs_alone(w) {
+            if shortcuts.chain_plain_passes && cluster.runs_alone(w) {
                 let next_send = [dispatcher.next_start_ms(), dispatcher.next_send_ms()]
                     .into_iter()
                     .flatten()
@@ -201,6 +224,9 @@ fn run(
                 let horizon = cluster.horizon(w, next_send)?;
                 let end = cluster.workers[w].pass_end_ms;
                 let rank = &mut cluster.ranks[cluster.workers[w].first_rank];
+                if shortcuts.continue_plain_passes {
+                    rank.quiet_until(horizon);
+                }
                 let (last_end, passes) = rank.run_plain_decodes(now, end, horizon, &mut records);
                 cluster.workers[w].pass_end_ms = last_end;
                 cluster.events += passes;
@@ -294,7 +320,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
-        /// Chaining plain decode passes outside the event loop gives the replay the loop gives.
+        /// Chaining plain decode passes outside the event loop gives the replay the loop gives,
+        /// and planning a pass as the one before it ends gives the same replay bit for bit.
         #[test]
         fn chained_passes_change_nothing(
             rows in prop::collection::vec((0u32..60, 1u32..700, 1u32..200, 0u64..6), 1..40),
@@ -376,9 +403,18 @@ mod tests {
                     "report":{{"sample_interval_ms":50,"explain":{explain}}}{offload}}}"#
             ))
             .unwrap();
-            let chained = run(&workload, None, &config, None, true).unwrap();
-            let stepped = run(&workload, None, &config, None, false).unwrap();
+            let chained = run(&workload, None, &config, None, Shortcuts::ALL).unwrap();
+            let stepped = run(&workload, None, &config, None, Shortcuts {
+                chain_plain_passes: false,
+                continue_plain_passes: false,
+            }).unwrap();
             prop_assert_eq!(observed(&chained), observed(&stepped));
+            // Planning a pass as the one before it ends changes nothing at all, bit for bit.
+            let planned_in_loop = run(&workload, None, &config, None, Shortcuts {
+                chain_plain_passes: true,
+                continue_plain_passes: false,
+            }).unwrap();
+            prop_assert_eq!(format!("{planned_in_loop:?}"), format!("{chained:?}"));
             // A prepared workload's tables give the same report, the second replay too.
             let prepared = PreparedWorkload::new(&workload).unwrap();
             for _ in 0..2 {
@@ -392,7 +428,7 @@ mod tests {
             // time to first token.
             let mut plain = config.clone();
             plain.report.explain = !explain;
-            let other = run(&workload, None, &plain, None, true).unwrap();
+            let other = run(&workload, None, &plain, None, Shortcuts::ALL).unwrap();
             prop_assert_eq!(other.summary_json(), chained.summary_json());
             if let Some((_, stages)) = &chained.breakdown {
                 for (i, ttft) in chained.derived.ttft_ms.iter().enumerate() {

@@ -117,6 +117,23 @@ pub(super) struct Limits {
     pub(super) reserve_full_isl: bool,
 }
 
+impl Limits {
+    /// Blocks holding `tokens` tokens.
+    pub(super) fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size))
+    }
+
+    /// Blocks to add so `held` blocks hold `tokens` tokens. Decodes cross a block boundary once
+    /// per `block_size` tokens, so the division is skipped on the common path.
+    pub(super) fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
+        if u64::from(tokens) <= u64::from(held) * u64::from(self.block_size) {
+            0
+        } else {
+            self.blocks_for(u64::from(tokens)) as u32 - held
+        }
+    }
+}
+
 /// A waiting request's admission as planned: its cached prefix (`hit`, `cached` tokens), the
 /// tokens it computes in the pass, and the new blocks for them.
 #[derive(Debug, Clone, Copy)]
@@ -164,6 +181,12 @@ pub struct VllmScheduler {
     /// When this rank's last pass started and ended (ms): with async scheduling the pass
     /// after it was formed when it started.
     pub(super) last_pass: (f64, f64),
+    /// Until when (ms, exclusive) nothing outside this rank can reach it, as the replay last
+    /// told it for the pass in flight (minus infinity: not told).
+    pub(super) quiet_until: f64,
+    /// The pass `continue_plain` planned as the last one ended: when it starts (ms), its
+    /// shape, and how many plain passes may follow it (`run_plain_decodes`' bound).
+    pub(super) continued: Option<(f64, PassShape, u32)>,
 }
 
 impl VllmScheduler {
@@ -222,21 +245,18 @@ impl VllmScheduler {
             passes: 0,
             preemptions: 0,
             last_pass: (f64::NAN, f64::NAN),
+            quiet_until: f64::NEG_INFINITY,
+            continued: None,
         }
     }
 
     pub(super) fn blocks_for(&self, tokens: u64) -> u64 {
-        tokens.div_ceil(u64::from(self.config.block_size))
+        self.config.blocks_for(tokens)
     }
 
-    /// Blocks to add so `held` blocks hold `tokens` tokens. Decodes cross a block boundary once
-    /// per `block_size` tokens, so the division is skipped on the common path.
+    /// Blocks to add so `held` blocks hold `tokens` tokens (see [`Limits::new_blocks`]).
     pub(super) fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
-        if u64::from(tokens) <= u64::from(held) * u64::from(self.config.block_size) {
-            0
-        } else {
-            self.blocks_for(u64::from(tokens)) as u32 - held
-        }
+        self.config.new_blocks(tokens, held)
     }
 
     /// A sequence for request `i`.
@@ -475,7 +495,87 @@ impl VllmScheduler {
         self.busy = true;
         self.passes += 1;
         self.last_pass = (now, f64::NAN);
+        self.quiet_until = f64::NEG_INFINITY;
         Some(self.pass_shape())
+    }
+
+    /// End the plain decode pass in flight at `now` and plan the next one at once, as
+    /// `finish_pass` then `plan_vllm` would: every request in the pass (all those running, none
+    /// waiting) emits a token that is neither its second nor its last and takes one more token
+    /// in the next pass, the blocks they need being free or evictable. Taken only while
+    /// nothing outside this rank can reach it (`quiet_until`): then nothing else happens to it
+    /// between the pass end and the next pass's planning at this instant, and one sweep over
+    /// the requests does what four would (end, plan, shape, chaining's check). Returns false,
+    /// having changed nothing, when the pass is not such a pass.
+    fn continue_plain(&mut self, now: f64, records: &mut Records) -> bool {
+        let budget = self.config.max_num_batched_tokens as usize;
+        if now >= self.quiet_until
+            || !matches!(self.config.planner, Planner::Vllm(_))
+            || self.role == Role::Prefill
+            || !self.waiting.is_empty()
+            || self.in_pass.len() != self.running.len()
+            || self.in_pass.len() > budget
+            || self.cache.records_evictions()
+        {
+            return false;
+        }
+        debug_assert_eq!(
+            self.in_pass, self.running,
+            "a full pass plans in running order"
+        );
+        // The pass after this one is formed now, or, with async scheduling, when this one
+        // started (as `start_pass` has it).
+        let formed = match self.config.async_scheduling {
+            true => self.last_pass.0,
+            false => now,
+        };
+        let bs = self.config.block_size;
+        let mut need = 0;
+        for &id in &self.in_pass {
+            let seq = &self.seqs[id as usize];
+            if seq.prefilling
+                || seq.pass_tokens != 1
+                || seq.generated < 2
+                || seq.generated + 1 >= seq.output
+                || seq.queued_ms > formed
+                || seq.named != seq.prompt_blocks
+            {
+                return false;
+            }
+            debug_assert_eq!(seq.computed, seq.target());
+            need += self.new_blocks(seq.computed + 1, seq.held());
+        }
+        // Blocks taken one request after another: all fit exactly when their sum does, and
+        // none preempts.
+        if need > self.cache.available() {
+            return false;
+        }
+        let mut plain = u32::MAX;
+        let limits = &self.config;
+        for &id in &self.in_pass {
+            let seq = &mut self.seqs[id as usize];
+            // This pass's token (`finish_pass`).
+            seq.generated += 1;
+            records.itl.push(now - seq.last_token_ms);
+            seq.last_token_ms = now;
+            // The next pass's token (`plan_vllm`, `schedule`); the request stays in the pass.
+            seq.private += limits.new_blocks(seq.computed + 1, seq.held());
+            seq.computed += 1;
+            // What `run_plain_decodes` would bound the chain by.
+            let before_last = seq.output - seq.generated - 1;
+            plain = plain.min(before_last).min(seq.held() * bs - seq.computed);
+        }
+        // Evicting for all at once evicts what evicting for each in turn would, in order.
+        if need > 0 {
+            self.cache.allocate(need);
+        }
+        self.last_pass = (now, f64::NAN);
+        self.passes += 1;
+        self.quiet_until = f64::NEG_INFINITY;
+        self.continued = Some((now, self.pass_shape(), plain));
+        #[cfg(debug_assertions)]
+        check_invariants(self);
+        true
     }
 }
 
@@ -796,6 +896,11 @@ impl Engine for VllmScheduler {
     /// requests are admitted FIFO while slots, budget and blocks allow. Returns the pass's
     /// shape, or `None` when nothing could be scheduled.
     fn start_pass(&mut self, now: f64, records: &mut Records) -> Option<PassShape> {
+        if let Some((at, shape, _)) = self.continued {
+            // Planned as the last pass ended, at this instant.
+            debug_assert_eq!(at, now);
+            return Some(shape);
+        }
         debug_assert!(!self.busy && self.in_pass.is_empty());
         match self.config.planner {
             Planner::Vllm(mode) => {
@@ -839,6 +944,7 @@ impl Engine for VllmScheduler {
         records: &mut Records,
     ) -> (f64, u64) {
         let n = self.in_pass.len();
+        let continued = self.continued.take();
         // Every running request in the pass (so the token budget fits them all), none waiting.
         if self.role == Role::Prefill
             || !self.waiting.is_empty()
@@ -847,24 +953,30 @@ impl Engine for VllmScheduler {
         {
             return (end, 0);
         }
-        let bs = self.config.block_size;
-        // Passes whose ends are plain for every request.
-        let mut plain = u32::MAX;
-        for &id in &self.in_pass {
-            let seq = &self.seqs[id as usize];
-            if seq.prefilling
-                || seq.pass_tokens != 1
-                || seq.generated < 2
-                || seq.last_token_ms != start
-            {
-                return (end, 0);
+        let (shape, plain) = match continued {
+            // `continue_plain` planned this pass and checked it as below.
+            Some((at, shape, plain)) if at == start => (shape, plain),
+            _ => {
+                let bs = self.config.block_size;
+                // Passes whose ends are plain for every request.
+                let mut plain = u32::MAX;
+                for &id in &self.in_pass {
+                    let seq = &self.seqs[id as usize];
+                    if seq.prefilling
+                        || seq.pass_tokens != 1
+                        || seq.generated < 2
+                        || seq.last_token_ms != start
+                    {
+                        return (end, 0);
+                    }
+                    // Ends before its last token, and next tokens within the blocks it holds.
+                    let before_last = seq.output - seq.generated - 1;
+                    let room = seq.held() * bs - seq.computed;
+                    plain = plain.min(before_last).min(room);
+                }
+                (self.pass_shape(), plain)
             }
-            // Ends before its last token, and next tokens within the blocks it holds.
-            let before_last = seq.output - seq.generated - 1;
-            let room = seq.held() * bs - seq.computed;
-            plain = plain.min(before_last).min(room);
-        }
-        let shape = self.pass_shape();
+        };
         let (prev, end, passes) = chain_decode_passes(
             &self.pricing.timer,
             self.pricing.log.as_deref_mut(),
@@ -885,10 +997,18 @@ impl Engine for VllmScheduler {
         (end, u64::from(passes))
     }
 
+    fn quiet_until(&mut self, horizon_ms: f64) {
+        self.quiet_until = horizon_ms;
+    }
+
     /// End the pass at `now`: every request whose KV caught up emits a token; finished ones
     /// release their blocks. On a prefill worker a request leaves once its prompt is done,
     /// keeping its KV for the transfer (see `take_handoffs`).
     fn finish_pass(&mut self, now: f64, records: &mut Records) {
+        if self.continue_plain(now, records) {
+            return;
+        }
+        self.continued = None;
         self.busy = false;
         self.last_pass.1 = now;
         let mut any_left = false;

@@ -16,6 +16,16 @@ pub struct WeightedSamples {
     current: Vec<(f64, u64)>,
 }
 
+/// Equal values pushed in a row, not yet in a [`WeightedSamples`]: a loop pushing one
+/// sample per request reaches the samples once per run of equal ones instead of once a
+/// sample, each push waiting on the store of the one before. The runs come out as pushing
+/// each value would make them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PendingRun {
+    value: f64,
+    count: u64,
+}
+
 /// Runs per chunk of [`WeightedSamples`]; a multiple of 8 (see [`Distribution::from_runs`]).
 const CHUNK: usize = 1 << 14;
 
@@ -37,6 +47,24 @@ impl WeightedSamples {
                 self.current.push((value, count));
             }
         }
+    }
+
+    /// Push `value` through `run`, which gathers equal values pushed in a row (see
+    /// [`PendingRun`]).
+    #[inline(always)]
+    pub fn push_via(&mut self, run: &mut PendingRun, value: f64) {
+        if run.count > 0 && run.value == value {
+            run.count += 1;
+        } else {
+            self.push_n(run.value, run.count);
+            *run = PendingRun { value, count: 1 };
+        }
+    }
+
+    /// Push what `run` still holds.
+    #[inline(always)]
+    pub fn flush(&mut self, run: PendingRun) {
+        self.push_n(run.value, run.count);
     }
 
     #[cold]
@@ -739,6 +767,29 @@ mod tests {
                 })
                 .collect();
             assert_matches_oracle(&runs);
+        }
+
+        /// Pushing through a pending run leaves the runs pushing each value leaves, wherever
+        /// the pending runs are flushed (values from a few, zeros of both signs among them).
+        #[test]
+        fn pending_runs_push_as_single_values(
+            steps in prop::collection::vec((0u8..4, any::<bool>()), 0..300),
+        ) {
+            let values = [0.0, -0.0, 1.5, 2.0];
+            let (mut one_by_one, mut gathered) = (WeightedSamples::default(), WeightedSamples::default());
+            let mut run = PendingRun::default();
+            for &(k, flush) in &steps {
+                one_by_one.push(values[usize::from(k)]);
+                gathered.push_via(&mut run, values[usize::from(k)]);
+                if flush {
+                    gathered.flush(std::mem::take(&mut run));
+                }
+            }
+            gathered.flush(run);
+            let bits = |s: &WeightedSamples| {
+                s.runs().map(|&(v, c)| (v.to_bits(), c)).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(bits(&one_by_one), bits(&gathered));
         }
     }
 

@@ -45,6 +45,7 @@ use crate::config::{EngineConfig, Role, SchedulePolicy, SglangSettings};
 use crate::kv::radix::{NodeId, RadixCache, ROOT};
 use crate::kv::PrefixHit;
 use crate::report::{Records, RejectReason};
+use crate::stats::PendingRun;
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -616,6 +617,7 @@ impl Engine for SglangScheduler {
         let in_pass = std::mem::take(&mut self.in_pass);
         let mut any_left = false;
         let pass_start = self.pricing.pass_start_ms();
+        let mut gaps = PendingRun::default();
         for &id in &in_pass {
             let seq = &mut self.seqs[id as usize];
             seq.in_pass = false;
@@ -646,7 +648,7 @@ impl Engine for SglangScheduler {
             match seq.generated {
                 1 => records.first_token_ms[r] = now,
                 g => {
-                    records.itl.push(now - seq.last_token_ms);
+                    records.itl.push_via(&mut gaps, now - seq.last_token_ms);
                     if g == 2 {
                         records.second_token_ms[r] = now;
                     }
@@ -665,6 +667,7 @@ impl Engine for SglangScheduler {
                 self.running.push(id);
             }
         }
+        records.itl.flush(gaps);
         self.in_pass = in_pass;
         self.in_pass.clear();
         if any_left {

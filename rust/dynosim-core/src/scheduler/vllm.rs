@@ -11,6 +11,7 @@ use crate::report::{Records, RejectReason};
 use crate::scheduler::{chain_decode_passes, reusable_ids, Engine, Load, Pricing};
 #[cfg(debug_assertions)]
 use crate::scheduler::{check_invariants, Audit};
+use crate::stats::PendingRun;
 use crate::timing::{PassShape, StepTimer};
 use crate::workload::Workload;
 
@@ -552,11 +553,12 @@ impl VllmScheduler {
         }
         let mut plain = u32::MAX;
         let limits = &self.config;
+        let mut gaps = PendingRun::default();
         for &id in &self.in_pass {
             let seq = &mut self.seqs[id as usize];
             // This pass's token (`finish_pass`).
             seq.generated += 1;
-            records.itl.push(now - seq.last_token_ms);
+            records.itl.push_via(&mut gaps, now - seq.last_token_ms);
             seq.last_token_ms = now;
             // The next pass's token (`plan_vllm`, `schedule`); the request stays in the pass.
             seq.private += limits.new_blocks(seq.computed + 1, seq.held());
@@ -565,6 +567,7 @@ impl VllmScheduler {
             let before_last = seq.output - seq.generated - 1;
             plain = plain.min(before_last).min(seq.held() * bs - seq.computed);
         }
+        records.itl.flush(gaps);
         // Evicting for all at once evicts what evicting for each in turn would, in order.
         if need > 0 {
             self.cache.allocate(need);
@@ -1016,6 +1019,7 @@ impl Engine for VllmScheduler {
         // Read once, not per request: the stores to a request could alias them otherwise.
         let prefill_role = self.role == Role::Prefill;
         let seqs = &mut self.seqs[..];
+        let mut gaps = PendingRun::default();
         for &id in &self.in_pass {
             let seq = &mut seqs[id as usize];
             seq.in_pass = false;
@@ -1040,7 +1044,7 @@ impl Engine for VllmScheduler {
             match seq.generated {
                 1 => records.first_token_ms[r] = now,
                 g => {
-                    records.itl.push(now - seq.last_token_ms);
+                    records.itl.push_via(&mut gaps, now - seq.last_token_ms);
                     if g == 2 {
                         records.second_token_ms[r] = now;
                     }
@@ -1057,6 +1061,7 @@ impl Engine for VllmScheduler {
                 any_left = true;
             }
         }
+        records.itl.flush(gaps);
         self.in_pass.clear();
         if any_left {
             self.running.retain(|&id| !seqs[id as usize].finished);

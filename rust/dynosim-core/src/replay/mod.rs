@@ -335,7 +335,7 @@ mod tests {
             num_gpu_blocks in 60u32..400,
             max_num_seqs in 1u32..9,
             (fifo, line_rate, first_decode_pass, missing, sglang) in any::<(bool, bool, bool, bool, bool)>(),
-            explain in any::<bool>(),
+            (explain, vllm_async) in any::<(bool, bool)>(),
             tiers in prop::option::of((1u32..64, prop::option::of(1u32..128), any::<(bool, bool)>())),
         ) {
             let tbs = 32;
@@ -391,7 +391,8 @@ mod tests {
                 format!(r#""backend":"sglang","page_size":{},"chunked_prefill_size":256,"max_prefill_tokens":512"#,
                         block_size % 3 + 1)
             } else {
-                format!(r#""max_num_batched_tokens":256,"preemption_mode":"{preemption}""#)
+                format!(r#""max_num_batched_tokens":256,"preemption_mode":"{preemption}",
+                           "async_scheduling":{vllm_async}"#)
             };
             let config = SimConfig::from_json(&format!(
                 r#"{{"cluster":{{{mode},"router":"{router}"{closed}}},

@@ -44,8 +44,8 @@ pub trait Engine {
         records: &mut Records,
     ) -> (f64, u64);
     /// Nothing outside this rank can reach it before `horizon_ms` (the chaining horizon of the
-    /// pass in flight): the vLLM flavour may then plan its next pass as this one ends, in one
-    /// sweep (`continue_plain`). A flavour without the shortcut ignores it.
+    /// pass in flight): the vLLM flavour may then plan its next pass as this one ends
+    /// (`continue_plain`). A flavour without the shortcut ignores it.
     fn quiet_until(&mut self, _horizon_ms: f64) {}
 
     /// Prefill role: requests whose prompt finished since the last call, as (request, handle).

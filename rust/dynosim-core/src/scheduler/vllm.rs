@@ -505,9 +505,10 @@ impl VllmScheduler {
     /// waiting) emits a token that is neither its second nor its last and takes one more token
     /// in the next pass, the blocks they need being free or evictable. Taken only while
     /// nothing outside this rank can reach it (`quiet_until`): then nothing else happens to it
-    /// between the pass end and the next pass's planning at this instant, and one sweep over
-    /// the requests does what four would (end, plan, shape, chaining's check). Returns false,
-    /// having changed nothing, when the pass is not such a pass.
+    /// between the pass end and the next pass's planning at this instant, and two sweeps over
+    /// the requests (a check, then the changes) do what four did: end the pass, plan the next,
+    /// shape it, and check it for chaining. Returns false, having changed nothing, when the
+    /// pass is not such a pass.
     fn continue_plain(&mut self, now: f64, records: &mut Records) -> bool {
         let budget = self.config.max_num_batched_tokens as usize;
         if now >= self.quiet_until

@@ -133,6 +133,16 @@ impl Limits {
             self.blocks_for(u64::from(tokens)) as u32 - held
         }
     }
+
+    /// `new_blocks(computed + 1, held)` for `held` blocks holding the `computed` tokens: 0 or
+    /// 1, found without a branch.
+    #[inline(always)]
+    pub(super) fn one_more_token(&self, computed: u32, held: u32) -> u32 {
+        let more =
+            u32::from(u64::from(computed) + 1 > u64::from(held) * u64::from(self.block_size));
+        debug_assert_eq!(more, self.new_blocks(computed + 1, held));
+        more
+    }
 }
 
 /// A waiting request's admission as planned: its cached prefix (`hit`, `cached` tokens), the
@@ -532,24 +542,23 @@ impl VllmScheduler {
             false => now,
         };
         let bs = self.config.block_size;
-        let mut need = 0;
+        // The checks are or-ed without short cuts, and a request's new block counted without a
+        // branch: which request reaches a block boundary is no pattern a branch predictor
+        // learns.
+        let (mut unfit, mut need) = (false, 0);
         for &id in &self.in_pass {
             let seq = &self.seqs[id as usize];
-            if seq.prefilling
-                || seq.pass_tokens != 1
-                || seq.generated < 2
-                || seq.generated + 1 >= seq.output
-                || seq.queued_ms > formed
-                || seq.named != seq.prompt_blocks
-            {
-                return false;
-            }
-            debug_assert_eq!(seq.computed, seq.target());
-            need += self.new_blocks(seq.computed + 1, seq.held());
+            unfit |= seq.prefilling
+                | (seq.pass_tokens != 1)
+                | (seq.generated < 2)
+                | (seq.generated + 1 >= seq.output)
+                | (seq.queued_ms > formed)
+                | (seq.named != seq.prompt_blocks);
+            need += self.config.one_more_token(seq.computed, seq.held());
         }
         // Blocks taken one request after another: all fit exactly when their sum does, and
         // none preempts.
-        if need > self.cache.available() {
+        if unfit || need > self.cache.available() {
             return false;
         }
         let mut plain = u32::MAX;
@@ -562,7 +571,8 @@ impl VllmScheduler {
             records.itl.push_via(&mut gaps, now - seq.last_token_ms);
             seq.last_token_ms = now;
             // The next pass's token (`plan_vllm`, `schedule`); the request stays in the pass.
-            seq.private += limits.new_blocks(seq.computed + 1, seq.held());
+            debug_assert_eq!(seq.computed, seq.target() - 1);
+            seq.private += limits.one_more_token(seq.computed, seq.held());
             seq.computed += 1;
             // What `run_plain_decodes` would bound the chain by.
             let before_last = seq.output - seq.generated - 1;

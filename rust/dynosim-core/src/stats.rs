@@ -20,10 +20,20 @@ pub struct WeightedSamples {
 /// sample per request reaches the samples once per run of equal ones instead of once a
 /// sample, each push waiting on the store of the one before. The runs come out as pushing
 /// each value would make them.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct PendingRun {
     value: f64,
     count: u64,
+}
+
+impl Default for PendingRun {
+    /// Empty: NaN equals no value, so the first push starts a run without a check of its own.
+    fn default() -> Self {
+        PendingRun {
+            value: f64::NAN,
+            count: 0,
+        }
+    }
 }
 
 /// Runs per chunk of [`WeightedSamples`]; a multiple of 8 (see [`Distribution::from_runs`]).
@@ -53,7 +63,7 @@ impl WeightedSamples {
     /// [`PendingRun`]).
     #[inline(always)]
     pub fn push_via(&mut self, run: &mut PendingRun, value: f64) {
-        if run.count > 0 && run.value == value {
+        if run.value == value {
             run.count += 1;
         } else {
             self.push_n(run.value, run.count);
@@ -770,12 +780,13 @@ mod tests {
         }
 
         /// Pushing through a pending run leaves the runs pushing each value leaves, wherever
-        /// the pending runs are flushed (values from a few, zeros of both signs among them).
+        /// the pending runs are flushed (values from a few, zeros of both signs and NaN among
+        /// them).
         #[test]
         fn pending_runs_push_as_single_values(
-            steps in prop::collection::vec((0u8..4, any::<bool>()), 0..300),
+            steps in prop::collection::vec((0u8..5, any::<bool>()), 0..300),
         ) {
-            let values = [0.0, -0.0, 1.5, 2.0];
+            let values = [0.0, -0.0, 1.5, 2.0, f64::NAN];
             let (mut one_by_one, mut gathered) = (WeightedSamples::default(), WeightedSamples::default());
             let mut run = PendingRun::default();
             for &(k, flush) in &steps {

@@ -279,8 +279,36 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The offload tiers' flow times (ms), each kind's total and mean, in the summary's order:
+    /// the flows advance at every loop instant, so merging instants changes their sums'
+    /// rounding.
+    fn tier_flow_ms(summary: &mut serde_json::Value, mut each: impl FnMut(&mut serde_json::Value)) {
+        let Some(offload) = summary["offload"].as_object_mut() else {
+            return;
+        };
+        // Each role's flows (the queueing side, and the decode side when disaggregated).
+        for role in offload.values_mut() {
+            if let Some(flows) = role.get_mut("flows").and_then(|f| f.as_object_mut()) {
+                for kind in flows.values_mut() {
+                    each(&mut kind["flow_ms"]);
+                    each(&mut kind["mean_flow_ms"]);
+                }
+            }
+        }
+    }
+
+    /// [`tier_flow_ms`] of `report`.
+    fn tier_flows(report: &Report) -> Vec<f64> {
+        let mut summary: serde_json::Value =
+            serde_json::from_str(&report.summary_json()).expect("summary is JSON");
+        let mut ms = Vec::new();
+        tier_flow_ms(&mut summary, |v| ms.push(v.as_f64().unwrap_or(f64::NAN)));
+        ms
+    }
+
     /// Everything a replay reports except the inter-token mean and spread, whose sums depend
-    /// on the order workers push their gaps in, and the time series' means (sums of spans).
+    /// on the order workers push their gaps in, the time series' means (sums of spans), and
+    /// the tiers' flow times ([`tier_flow_ms`]).
     fn observed(report: &Report) -> String {
         let r = &report.records;
         let mut summary: serde_json::Value =
@@ -288,6 +316,7 @@ mod tests {
         let itl = &mut summary["itl_ms"];
         itl["mean"] = serde_json::Value::Null;
         itl["std"] = serde_json::Value::Null;
+        tier_flow_ms(&mut summary, |v| *v = serde_json::Value::Null);
         // Busy time sums the spans between loop iterations, which chaining merges: equal up to
         // rounding.
         for busy in summary["worker_busy_ms"].as_array_mut().expect("a list") {
@@ -425,6 +454,11 @@ mod tests {
             }
             let (a, b) = (chained.summary.itl_ms.mean, stepped.summary.itl_ms.mean);
             prop_assert!(a.zip(b).is_none_or(|(a, b)| (a - b).abs() <= 1e-9 * b.abs()));
+            let (a, b) = (tier_flows(&chained), tier_flows(&stepped));
+            prop_assert_eq!(a.len(), b.len());
+            for (a, b) in a.iter().zip(&b) {
+                prop_assert!((a - b).abs() <= 1e-9 * b.abs(), "tier flow ms {} vs {}", a, b);
+            }
             // Explaining a replay changes none of it, and each request's stages add up to its
             // time to first token.
             let mut plain = config.clone();

@@ -38,7 +38,8 @@ impl VllmScheduler {
     /// Blocks request `id` may still take before its last token, beyond those it holds.
     pub(super) fn blocks_to_completion(&self, id: u32) -> u64 {
         let held = u64::from(self.seqs[id as usize].held());
-        self.blocks_for(self.completion_tokens(id))
+        self.config
+            .blocks_for(self.completion_tokens(id))
             .saturating_sub(held)
     }
 
@@ -61,7 +62,7 @@ impl VllmScheduler {
     /// counted as unreserved, so reusing them takes from what is left like a new block.
     fn reservation(&self, tokens: u64, hit_blocks: u32, hit_inactive: u32) -> u64 {
         let shared = u64::from(hit_blocks - hit_inactive);
-        self.blocks_for(tokens).saturating_sub(shared)
+        self.config.blocks_for(tokens).saturating_sub(shared)
     }
 
     /// Plan a pass by the TensorRT-LLM-like rules (see the module documentation).
@@ -97,7 +98,7 @@ impl VllmScheduler {
             if n == 0 && seq.target() != seq.computed {
                 break; // the budget is spent
             }
-            let need = self.new_blocks(seq.computed + n, seq.held());
+            let need = self.config.new_blocks(seq.computed + n, seq.held());
             let mut yielded = false;
             while self.cache.available() < need {
                 // No-evict reserved these blocks; a shortage only arises under

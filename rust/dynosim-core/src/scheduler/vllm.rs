@@ -60,6 +60,15 @@ impl Seq {
         self.slots.len() as u32 + self.private
     }
 
+    /// Plain decode passes that may follow this request's pass in flight, as far as it is
+    /// concerned: each ends before its last token, with its next token within the blocks it
+    /// holds (of `block_size` tokens).
+    fn plain_passes(&self, block_size: u32) -> u32 {
+        let before_last = self.output - self.generated - 1;
+        let room = self.held() * block_size - self.computed;
+        before_last.min(room)
+    }
+
     /// Give the cache identities of the prompt blocks (by `ids`) that are full now, so later
     /// requests can share them; a block another request cached first stays private.
     fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &BlockIds, block_size: u32) {
@@ -261,15 +270,6 @@ impl VllmScheduler {
         }
     }
 
-    pub(super) fn blocks_for(&self, tokens: u64) -> u64 {
-        self.config.blocks_for(tokens)
-    }
-
-    /// Blocks to add so `held` blocks hold `tokens` tokens (see [`Limits::new_blocks`]).
-    pub(super) fn new_blocks(&self, tokens: u32, held: u32) -> u32 {
-        self.config.new_blocks(tokens, held)
-    }
-
     /// A sequence for request `i`.
     fn new_seq(&mut self, workload: &Workload, i: usize) -> u32 {
         let id = match self.spare.pop() {
@@ -307,7 +307,7 @@ impl VllmScheduler {
     /// Queue `id` at the back, or at the front (a preempted request goes first again).
     fn push_waiting(&mut self, id: u32, front: bool) {
         let target = self.seqs[id as usize].target();
-        self.waiting_blocks += self.blocks_for(u64::from(target));
+        self.waiting_blocks += self.config.blocks_for(u64::from(target));
         if front {
             self.waiting.push_front(id);
         } else {
@@ -393,7 +393,7 @@ impl VllmScheduler {
                 continue;
             }
             let n = (seq.target() - seq.computed).min(budget);
-            let need = self.new_blocks(seq.computed + n, seq.held());
+            let need = self.config.new_blocks(seq.computed + n, seq.held());
             let mut preempted_self = false;
             while self.cache.available() < need {
                 // Victims are admitted after the request that needs the block (later in
@@ -435,7 +435,9 @@ impl VllmScheduler {
             };
             // vLLM 0.19 admits a request only if its whole prompt's blocks are free.
             let need = match self.config.reserve_full_isl {
-                true => self.new_blocks(self.seqs[id as usize].target(), head.hit.blocks),
+                true => self
+                    .config
+                    .new_blocks(self.seqs[id as usize].target(), head.hit.blocks),
                 false => head.need,
             };
             if self.cache.available() < head.hit.inactive + need {
@@ -464,7 +466,7 @@ impl VllmScheduler {
         } else {
             return None;
         };
-        let need = self.new_blocks(cached + tokens, hit.blocks);
+        let need = self.config.new_blocks(cached + tokens, hit.blocks);
         Some(Head {
             hit,
             cached,
@@ -479,7 +481,7 @@ impl VllmScheduler {
         let popped = self.waiting.pop_front();
         debug_assert_eq!(popped, Some(id));
         let target = self.seqs[id as usize].target();
-        self.waiting_blocks -= self.blocks_for(u64::from(target));
+        self.waiting_blocks -= self.config.blocks_for(u64::from(target));
         let seq = &mut self.seqs[id as usize];
         let prefix = &self.ids.of(seq.request as usize)[..head.hit.blocks as usize];
         self.cache.acquire_all(prefix, &mut seq.slots);
@@ -574,9 +576,7 @@ impl VllmScheduler {
             debug_assert_eq!(seq.computed, seq.target() - 1);
             seq.private += limits.one_more_token(seq.computed, seq.held());
             seq.computed += 1;
-            // What `run_plain_decodes` would bound the chain by.
-            let before_last = seq.output - seq.generated - 1;
-            plain = plain.min(before_last).min(seq.held() * bs - seq.computed);
+            plain = plain.min(seq.plain_passes(bs));
         }
         records.itl.flush(gaps);
         // Evicting for all at once evicts what evicting for each in turn would, in order.
@@ -601,10 +601,13 @@ impl Engine for VllmScheduler {
     fn never_fits(&self, prompt: u32, output: u32) -> Option<RejectReason> {
         let capacity = u64::from(self.config.num_gpu_blocks);
         let prompt = u64::from(prompt);
-        if self.blocks_for(prompt + 1) > capacity {
+        if self.config.blocks_for(prompt + 1) > capacity {
             Some(RejectReason::PromptExceedsCache)
         } else if self.role != Role::Prefill
-            && self.blocks_for(prompt + u64::from(output) - self.last_token_kv()) > capacity
+            && self
+                .config
+                .blocks_for(prompt + u64::from(output) - self.last_token_kv())
+                > capacity
         {
             Some(RejectReason::OutputExceedsCache)
         } else if self.whole_contexts()
@@ -703,7 +706,7 @@ impl Engine for VllmScheduler {
         let at = at.expect("unqueue takes a waiting request");
         self.waiting.remove(at);
         let target = self.seqs[handle as usize].target();
-        self.waiting_blocks -= self.blocks_for(u64::from(target));
+        self.waiting_blocks -= self.config.blocks_for(u64::from(target));
     }
 
     /// Offload tiers: hold, for prepared request `handle`, its G1 prefix hit `hit` and `blocks`
@@ -754,7 +757,7 @@ impl Engine for VllmScheduler {
         }
         let ids = self.ids.of(i);
         let hit = self.cache.lookup(ids);
-        let need = self.new_blocks(workload.input_length[i], hit.blocks);
+        let need = self.config.new_blocks(workload.input_length[i], hit.blocks);
         if self.cache.available() < hit.inactive + need {
             return None;
         }
@@ -983,10 +986,7 @@ impl Engine for VllmScheduler {
                     {
                         return (end, 0);
                     }
-                    // Ends before its last token, and next tokens within the blocks it holds.
-                    let before_last = seq.output - seq.generated - 1;
-                    let room = seq.held() * bs - seq.computed;
-                    plain = plain.min(before_last).min(room);
+                    plain = plain.min(seq.plain_passes(bs));
                 }
                 (self.pass_shape(), plain)
             }

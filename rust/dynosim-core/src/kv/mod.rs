@@ -2,7 +2,10 @@
 //! hashed by prefix, and SGLang's token radix tree).
 
 pub mod blocks;
+pub mod by_identity;
 pub mod radix;
+pub mod rank_cache;
 pub mod slot_index;
 
 pub use blocks::{KvCache, PrefixHit};
+pub use rank_cache::RankCache;

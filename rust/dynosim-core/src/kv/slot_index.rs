@@ -40,8 +40,12 @@ pub const HASHED_BYTES_PER_HELD: u64 = 32;
 /// entry of a dense array, or `None` for the hash table.
 fn dense_entry_bytes(capacity: u32, ids: u64) -> Option<u64> {
     let entry_bytes = if capacity < u32::from(u16::MAX) { 2 } else { 4 };
-    let budget = DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity));
-    (ids * entry_bytes <= budget).then_some(entry_bytes)
+    (ids * entry_bytes <= dense_budget(capacity)).then_some(entry_bytes)
+}
+
+/// Bytes an array indexed by identity may take for a cache of `capacity` blocks.
+pub fn dense_budget(capacity: u32) -> u64 {
+    DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity))
 }
 
 /// The most bytes the index of a cache of `capacity` blocks over `ids` identities takes, of

@@ -3,7 +3,9 @@
 //! each part counts the most its structure can hold for the workload's size.
 
 use crate::config::{Role, SimConfig};
+use crate::kv::by_identity::IdentityCache;
 use crate::kv::slot_index::index_bytes;
+use crate::kv::RankCache;
 
 /// Bytes a replay keeps per request at most: its records and derived metrics (about twenty
 /// 8-byte columns), its entries in queues, the dispatcher and the router.
@@ -27,11 +29,18 @@ pub fn replay_bytes(config: &SimConfig, requests: u64, tokens: u64) -> u64 {
         // Every block a request can name: its prompt's and output's, started blocks whole.
         let ids = tokens / block + 2 * requests;
         let ranks = u64::from(workers) * u64::from(engine.data_parallel_size);
+        // The offload tiers' caches are by slot; a rank's own takes the form that fits.
         let cache = |capacity: u32| {
             let held = ids.min(u64::from(capacity));
             CACHE_RESERVED_BYTES + held * CACHE_BLOCK_BYTES + index_bytes(capacity, ids, held)
         };
-        total += IDENTITY_BYTES * ids + ranks * cache(engine.num_gpu_blocks);
+        let gpu = engine.num_gpu_blocks;
+        let rank_cache = if RankCache::by_identity(gpu, ids) {
+            IdentityCache::bytes(gpu, ids)
+        } else {
+            cache(gpu)
+        };
+        total += IDENTITY_BYTES * ids + ranks * rank_cache;
         if let Some(g2) = tiers.g2_blocks {
             total += ranks * cache(g2);
             if let Some(g3) = tiers.g3_blocks {
@@ -57,11 +66,20 @@ mod tests {
         let config = SimConfig::default();
         // 4 workers of 16,384 blocks of 64 tokens; 1,000 requests of 1,000 tokens:
         // ids = 1,000,000 / 64 + 2,000 = 17,625, of which a cache holds at most its 16,384;
-        // a dense 2-byte index (35,250 bytes, within 16 MiB).
-        let cache = (1 << 20) + 16_384 * 32 + 17_625 * 2;
+        // each rank's cache by identity: 8 bytes an identity and 160 a block of capacity,
+        // 141,000 + 2,621,440 bytes (within 16 MiB).
+        let cache = 17_625 * 8 + 16_384 * 160;
         assert_eq!(
             replay_bytes(&config, 1_000, 1_000_000),
             512 * 1_000 + 24 * 17_625 + 4 * cache
+        );
+        // 10 million requests: 156.25 million identities, too many for 16 MiB; the cache by
+        // slot holds at most its 16,384 blocks, with a hashed index of 32 bytes each.
+        let ids: u64 = 10_000_000_000 / 64 + 20_000_000;
+        let by_slot = (1 << 20) + 16_384 * 32 + 16_384 * 32;
+        assert_eq!(
+            replay_bytes(&config, 10_000_000, 10_000_000_000),
+            512 * 10_000_000 + 24 * ids + 4 * by_slot
         );
         let mut tiers = config.clone();
         tiers.offload.g2_blocks = Some(100);

@@ -1,12 +1,12 @@
 //! The vLLM-like flavour of a rank's engine: a waiting queue, running requests, a token budget
-//! per pass, chunked prefill and recompute preemption, over one `KvCache`.
+//! per pass, chunked prefill and recompute preemption, over one rank's block cache (`RankCache`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::block_ids::{BlockId, BlockIds};
 use crate::config::{Backend, CapacityScheduler, EngineConfig, PreemptionMode, Role};
-use crate::kv::{KvCache, PrefixHit};
+use crate::kv::{PrefixHit, RankCache};
 use crate::report::{Records, RejectReason};
 use crate::scheduler::{chain_decode_passes, reusable_ids, Engine, Load, Pricing};
 #[cfg(debug_assertions)]
@@ -71,7 +71,7 @@ impl Seq {
 
     /// Give the cache identities of the prompt blocks (by `ids`) that are full now, so later
     /// requests can share them; a block another request cached first stays private.
-    fn name_full_blocks(&mut self, cache: &mut KvCache, ids: &BlockIds, block_size: u32) {
+    fn name_full_blocks(&mut self, cache: &mut RankCache, ids: &BlockIds, block_size: u32) {
         // Decode steps land here once every prompt block is named: skip the identities'
         // lookup and the division.
         if self.named == self.prompt_blocks {
@@ -84,7 +84,7 @@ impl Seq {
     }
 
     /// Name the prompt blocks (`ids`) before `end` (private blocks holding their content).
-    fn name_blocks_until(&mut self, cache: &mut KvCache, ids: &[BlockId], end: u32) {
+    fn name_blocks_until(&mut self, cache: &mut RankCache, ids: &[BlockId], end: u32) {
         if self.named < end {
             self.private -=
                 cache.register_all(&ids[self.named as usize..end as usize], &mut self.slots);
@@ -94,7 +94,7 @@ impl Seq {
 
     /// Take the prefix `hit` of the prompt blocks `ids` (its first `hit.blocks` blocks, cached)
     /// and `blocks` more private blocks; the caller checked that they fit.
-    fn hold(&mut self, cache: &mut KvCache, ids: &[BlockId], hit: PrefixHit, blocks: u32) {
+    fn hold(&mut self, cache: &mut RankCache, ids: &[BlockId], hit: PrefixHit, blocks: u32) {
         cache.acquire_all(&ids[..hit.blocks as usize], &mut self.slots);
         self.named = hit.blocks;
         cache.allocate(blocks);
@@ -170,7 +170,7 @@ pub(super) struct Head {
 pub struct VllmScheduler {
     pub(super) role: Role,
     pub(super) config: Limits,
-    pub(super) cache: KvCache,
+    pub(super) cache: RankCache,
     /// Prompt block identities of every request at this rank's block size.
     pub(super) ids: Arc<BlockIds>,
     pub(super) pricing: Pricing,
@@ -245,7 +245,7 @@ impl VllmScheduler {
         debug_assert_eq!(ids.block_size(), config.block_size);
         VllmScheduler {
             role,
-            cache: KvCache::new(config.num_gpu_blocks, ids.end()),
+            cache: RankCache::new(config.num_gpu_blocks, ids.end()),
             ids,
             config,
             pricing: Pricing::new(timer),

@@ -1,0 +1,106 @@
+//! A rank's block KV cache in the form its memory allows: indexed by identity
+//! ([`IdentityCache`]) while the workload's identities are few next to the cache, otherwise
+//! slots found through an index ([`KvCache`]). Both give the same hits, counts, evictions and
+//! eviction order, so the choice cannot reach a result; the "slots" a holder keeps are the
+//! form's own (identities in the first).
+
+use super::blocks::{KvCache, PrefixHit};
+use super::by_identity::IdentityCache;
+use super::slot_index::dense_budget;
+use crate::block_ids::BlockId;
+
+#[derive(Debug, Clone)]
+pub enum RankCache {
+    ByIdentity(IdentityCache),
+    BySlot(KvCache),
+}
+
+/// Run `$body` on whichever form `$cache` takes, bound to `$c`.
+macro_rules! on_form {
+    ($cache:expr, $c:ident => $body:expr) => {
+        match $cache {
+            RankCache::ByIdentity($c) => $body,
+            RankCache::BySlot($c) => $body,
+        }
+    };
+}
+
+impl RankCache {
+    /// Whether a cache of `capacity` blocks over `ids` identities is kept by identity: its
+    /// arrays within the dense budget of the slot index, and a capacity below 2^30 (which
+    /// keeps its LRU run numbers from wrapping onto a queued run).
+    pub fn by_identity(capacity: u32, ids: u64) -> bool {
+        capacity < 1 << 30 && IdentityCache::bytes(capacity, ids) <= dense_budget(capacity)
+    }
+
+    /// A cache of `capacity` blocks for identities below `ids`.
+    pub fn new(capacity: u32, ids: BlockId) -> Self {
+        if Self::by_identity(capacity, u64::from(ids)) {
+            RankCache::ByIdentity(IdentityCache::new(capacity, ids))
+        } else {
+            RankCache::BySlot(KvCache::new(capacity, ids))
+        }
+    }
+
+    pub fn record_evictions(&mut self) {
+        on_form!(self, c => c.record_evictions())
+    }
+
+    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
+        on_form!(self, c => c.drain_evicted_into(out))
+    }
+
+    pub fn records_evictions(&self) -> bool {
+        on_form!(self, c => c.records_evictions())
+    }
+
+    pub fn has_evicted(&self) -> bool {
+        on_form!(self, c => c.has_evicted())
+    }
+
+    pub fn capacity(&self) -> u32 {
+        on_form!(self, c => c.capacity())
+    }
+
+    pub fn active(&self) -> u32 {
+        on_form!(self, c => c.active())
+    }
+
+    pub fn inactive(&self) -> u32 {
+        on_form!(self, c => c.inactive())
+    }
+
+    pub fn available(&self) -> u32 {
+        on_form!(self, c => c.available())
+    }
+
+    pub fn evictions(&self) -> u64 {
+        on_form!(self, c => c.evictions())
+    }
+
+    #[cfg(debug_assertions)]
+    pub fn refcounts(&self) -> Vec<u32> {
+        on_form!(self, c => c.refcounts())
+    }
+
+    pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
+        on_form!(self, c => c.lookup(ids))
+    }
+
+    #[inline]
+    pub fn acquire_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
+        on_form!(self, c => c.acquire_all(ids, out))
+    }
+
+    pub fn allocate(&mut self, n: u32) {
+        on_form!(self, c => c.allocate(n))
+    }
+
+    pub fn register_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) -> u32 {
+        on_form!(self, c => c.register_all(ids, out))
+    }
+
+    pub fn release(&mut self, held: &[u32], private: u32) {
+        on_form!(self, c => c.release(held, private))
+    }
+}

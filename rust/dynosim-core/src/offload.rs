@@ -218,7 +218,7 @@ impl Tiers {
         let per_token = config.kv_transfer.bytes_per_token();
         let mut g2: Vec<KvCache> = (0..n).map(|_| KvCache::new(g2_blocks, ids)).collect();
         for c in &mut g2 {
-            c.record_evictions();
+            c.counts_mut().record_evictions();
         }
         let g3: Vec<KvCache> = match o.g3_blocks {
             None => Vec::new(),
@@ -422,12 +422,12 @@ impl Tiers {
         let moved = self.copy_down(now, rank, rank, Lane::OffloadG2, evicted)?;
         self.counters[side].offloaded_g2_blocks += u64::from(moved);
         self.counters[side].offload_bytes += f64::from(moved) * bb;
-        if !self.g2[rank].has_evicted() {
+        if !self.g2[rank].counts().has_evicted() {
             return Ok(());
         }
         let mut pushed = std::mem::take(&mut self.scratch);
         pushed.clear();
-        self.g2[rank].drain_evicted_into(&mut pushed);
+        self.g2[rank].counts_mut().drain_evicted_into(&mut pushed);
         if self.g3.is_empty() {
             self.counters[side].dropped_blocks += pushed.len() as u64;
         } else {
@@ -664,12 +664,12 @@ impl Tiers {
 
     /// Blocks G2 holds, all ranks.
     pub fn g2_used(&self) -> u32 {
-        self.g2.iter().map(KvCache::inactive).sum()
+        self.g2.iter().map(|c| c.counts().inactive()).sum()
     }
 
     /// Blocks G3 holds, all ranks (or the shared pool).
     pub fn g3_used(&self) -> u32 {
-        self.g3.iter().map(KvCache::inactive).sum()
+        self.g3.iter().map(|c| c.counts().inactive()).sum()
     }
 
     /// Decode ranks: count the prompt blocks a KV reservation on `rank` found in G1, G2, G3.
@@ -755,7 +755,7 @@ impl Tiers {
         TierTotals {
             queueing,
             decode,
-            g3_dropped_blocks: self.g3.iter().map(KvCache::evictions).sum(),
+            g3_dropped_blocks: self.g3.iter().map(|c| c.counts().evictions()).sum(),
             rate_recomputations: self.net.recomputations(),
             link_utilization,
         }

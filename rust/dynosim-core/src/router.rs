@@ -108,8 +108,8 @@ mod tests {
         // to the lower index.
         let p = [11, 12, 13, 14];
         let (warm, cold) = (
-            (warm.lookup(&p).blocks, warm.active(), 0),
-            (cold.lookup(&p).blocks, cold.active(), 0),
+            (warm.lookup(&p).blocks, warm.counts().active(), 0),
+            (cold.lookup(&p).blocks, cold.counts().active(), 0),
         );
         let queued = |c: (u32, u32, u64), q| (c.0, c.1, q);
         assert_eq!(r.route_by_cache(4, [warm, cold].into_iter()), 0);

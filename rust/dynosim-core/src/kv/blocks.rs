@@ -6,6 +6,7 @@
 //! last block, generated tokens, duplicates of a block another request cached first) are counted
 //! in `active` without an identity.
 
+use super::occupancy::Occupancy;
 use super::slot_index::{SlotIndex, Slots, WithForm};
 use crate::block_ids::BlockId;
 
@@ -51,9 +52,7 @@ const RESERVED_SLOTS: u32 = 1 << 16;
 /// The cache of one worker. Slot indices handed out stay valid until the caller releases them.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    capacity: u32,
-    active: u32,
-    inactive: u32,
+    counts: Occupancy,
     slot_of: SlotIndex,
     slots: Vec<Slot>,
     /// Slots without an identity, the last spared on top.
@@ -64,11 +63,6 @@ pub struct KvCache {
     /// linked list did.
     lru: Vec<(u32, u32)>,
     lru_head: usize,
-    evictions: u64,
-    /// Identities of evicted blocks, oldest first, kept only once `record_evictions` is called
-    /// (the offload tiers read them; a cache without tiers pays nothing).
-    record_evicted: bool,
-    evicted: Vec<BlockId>,
 }
 
 /// What the cache holds of a prompt's leading blocks.
@@ -84,9 +78,7 @@ impl KvCache {
     /// A cache of `capacity` blocks for identities below `ids`.
     pub fn new(capacity: u32, ids: BlockId) -> Self {
         KvCache {
-            capacity,
-            active: 0,
-            inactive: 0,
+            counts: Occupancy::new(capacity),
             slot_of: SlotIndex::new(capacity, ids),
             // Slots are created as blocks are first used: reserving a huge cache's whole
             // capacity up front would take memory its replay may never touch.
@@ -94,31 +86,16 @@ impl KvCache {
             spare: Vec::new(),
             lru: Vec::new(),
             lru_head: 0,
-            evictions: 0,
-            record_evicted: false,
-            evicted: Vec::new(),
         }
     }
 
-    /// From now on keep the identity of every evicted block for `drain_evicted_into`.
-    pub fn record_evictions(&mut self) {
-        self.record_evicted = true;
+    /// Its counts, and the identities it evicted when it keeps them.
+    pub fn counts(&self) -> &Occupancy {
+        &self.counts
     }
 
-    /// Move the identities of the blocks evicted since the last call, in eviction order (least
-    /// recent first), to the end of `out`.
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
-        out.append(&mut self.evicted);
-    }
-
-    /// Whether evicted identities are kept (`record_evictions`).
-    pub fn records_evictions(&self) -> bool {
-        self.record_evicted
-    }
-
-    /// Whether evictions are waiting for `drain_evicted_into`.
-    pub fn has_evicted(&self) -> bool {
-        !self.evicted.is_empty()
+    pub fn counts_mut(&mut self) -> &mut Occupancy {
+        &mut self.counts
     }
 
     /// Use as an LRU set of identities: for each of `ids` in turn, name it as the most recent
@@ -131,7 +108,10 @@ impl KvCache {
     /// `insert_or_touch_all`, calling `new_block(slot)` with the slot each block new to the set
     /// takes (below the capacity; a slot keeps its block until that is evicted).
     pub fn insert_or_touch_each(&mut self, ids: &[BlockId], mut new_block: impl FnMut(u32)) -> u32 {
-        debug_assert_eq!(self.active, 0, "an LRU set holds inactive blocks only");
+        debug_assert_eq!(
+            self.counts.active, 0,
+            "an LRU set holds inactive blocks only"
+        );
         let mut new = 0;
         for &id in ids {
             if let Some(slot) = self.find(id) {
@@ -141,15 +121,15 @@ impl KvCache {
                 }
                 continue;
             }
-            let index = if self.inactive == self.capacity {
+            let index = if self.counts.inactive == self.counts.capacity {
                 // The evicted block's slot takes the new one.
                 let slot = self.pop_lru();
-                self.evictions += 1;
+                self.counts.evictions += 1;
                 self.slots[slot as usize].id = id;
                 self.slot_of.insert(id, slot);
                 slot
             } else {
-                self.inactive += 1;
+                self.counts.inactive += 1;
                 self.name_slot(id, 0)
             };
             self.push_back(index);
@@ -162,29 +142,6 @@ impl KvCache {
     /// The slot of cached block `id`, if it is cached.
     pub fn slot(&self, id: BlockId) -> Option<u32> {
         self.find(id)
-    }
-
-    pub fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
-    /// Blocks held by running requests.
-    pub fn active(&self) -> u32 {
-        self.active
-    }
-
-    /// Cached blocks no request holds.
-    pub fn inactive(&self) -> u32 {
-        self.inactive
-    }
-
-    /// Blocks that can be handed out now (free plus evictable).
-    pub fn available(&self) -> u32 {
-        self.capacity - self.active
-    }
-
-    pub fn evictions(&self) -> u64 {
-        self.evictions
     }
 
     /// Each slot's reference count, by slot: what the holders' slot lists must add up to, slot
@@ -223,8 +180,8 @@ impl KvCache {
     pub fn acquire(&mut self, id: BlockId) -> u32 {
         let slot = self.find(id).expect("acquire follows lookup");
         if self.slots[slot as usize].take() {
-            self.inactive -= 1;
-            self.active += 1;
+            self.counts.inactive -= 1;
+            self.counts.active += 1;
         }
         slot
     }
@@ -266,19 +223,19 @@ impl KvCache {
             ids,
             out,
         });
-        self.inactive -= reused;
-        self.active += reused;
+        self.counts.inactive -= reused;
+        self.counts.active += reused;
     }
 
     /// Hand out `n` private blocks, evicting least recently used inactive ones as needed.
     /// The caller checks `available() >= n` first.
     pub fn allocate(&mut self, n: u32) {
-        debug_assert!(n <= self.available());
-        let free = self.capacity - self.active - self.inactive;
+        debug_assert!(n <= self.counts.available());
+        let free = self.counts.free();
         if n > free {
             self.evict(n - free);
         }
-        self.active += n;
+        self.counts.active += n;
     }
 
     /// Give identity `id` to one of the caller's private blocks now that it is full. Returns
@@ -357,7 +314,7 @@ impl KvCache {
     /// Drop a request's references: `slots` in block order and `private` unnamed blocks.
     /// Later blocks become least recent first, so eviction trims prefixes from their tail.
     pub fn release(&mut self, slots: &[u32], private: u32) {
-        self.active -= private;
+        self.counts.active -= private;
         // The queue is tidied once for the whole release, not once per block: tidying drops
         // stale entries only, so when it runs never changes the order of the live ones.
         self.tidy_lru();
@@ -375,8 +332,8 @@ impl KvCache {
             (slot, s.stamp.wrapping_sub(u32::from(held)))
         }));
         // The blocks no request holds any more, counted once.
-        self.active -= freed;
-        self.inactive += freed;
+        self.counts.active -= freed;
+        self.counts.inactive += freed;
     }
 
     /// Evict the `n` least recently used inactive blocks, the index's form matched once for
@@ -407,7 +364,10 @@ impl KvCache {
         let lru = Lru {
             queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
-            evicted: self.record_evicted.then_some(&mut self.evicted),
+            evicted: self
+                .counts
+                .record_evicted
+                .then_some(&mut self.counts.evicted),
         };
         let left = self.slot_of.with_form(Evict {
             lru,
@@ -415,8 +375,8 @@ impl KvCache {
             n,
         });
         self.lru_head = self.lru.len() - left;
-        self.inactive -= n;
-        self.evictions += u64::from(n);
+        self.counts.inactive -= n;
+        self.counts.evictions += u64::from(n);
     }
 
     /// Evict the least recently used inactive block and return its slot, now nameless; the
@@ -427,7 +387,10 @@ impl KvCache {
         let mut lru = Lru {
             queue: self.lru[self.lru_head..].iter(),
             slots: &mut self.slots,
-            evicted: self.record_evicted.then_some(&mut self.evicted),
+            evicted: self
+                .counts
+                .record_evicted
+                .then_some(&mut self.counts.evicted),
         };
         let slot = lru.pop(&mut self.slot_of);
         self.lru_head = self.lru.len() - lru.queue.len();
@@ -468,8 +431,8 @@ impl KvCache {
         let queued = self.lru.len() - self.lru_head;
         // Stale entries allowed past the live ones: a quarter of the capacity, so a cache whose
         // blocks are mostly held (few live entries) does not compact every few releases.
-        let slack = LRU_SLACK.max(self.capacity as usize / 4);
-        if queued >= 2 * self.inactive as usize + slack {
+        let slack = LRU_SLACK.max(self.counts.capacity as usize / 4);
+        if queued >= 2 * self.counts.inactive as usize + slack {
             self.compact_lru();
         } else if self.lru_head >= 4 * queued + slack {
             // Mostly popped: move the queue to the front, no stamp read (each entry moved
@@ -608,9 +571,16 @@ mod tests {
     fn released_blocks_stay_cached_until_evicted() {
         let mut c = KvCache::new(4, 64);
         let a = fill(&mut c, &[1, 2, 3]);
-        assert_eq!((c.active(), c.available()), (3, 1));
+        assert_eq!((c.counts().active(), c.counts().available()), (3, 1));
         c.release(&a, 0);
-        assert_eq!((c.active(), c.inactive(), c.available()), (0, 3, 4));
+        assert_eq!(
+            (
+                c.counts().active(),
+                c.counts().inactive(),
+                c.counts().available()
+            ),
+            (0, 3, 4)
+        );
         assert_eq!(
             c.lookup(&[1, 2, 3, 9]),
             PrefixHit {
@@ -620,7 +590,7 @@ mod tests {
         );
         // Two new private blocks: one free, one evicted; the tail block (3) goes first.
         c.allocate(2);
-        assert_eq!(c.evictions(), 1);
+        assert_eq!(c.counts().evictions(), 1);
         assert_eq!(c.lookup(&[1, 2, 3]).blocks, 2);
     }
 
@@ -637,11 +607,11 @@ mod tests {
             }
         );
         let b: Vec<u32> = [1, 2].iter().map(|&h| c.acquire(h)).collect();
-        assert_eq!(c.active(), 2);
+        assert_eq!(c.counts().active(), 2);
         c.release(&a, 0);
-        assert_eq!((c.active(), c.inactive()), (2, 0));
+        assert_eq!((c.counts().active(), c.counts().inactive()), (2, 0));
         c.release(&b, 0);
-        assert_eq!((c.active(), c.inactive()), (0, 2));
+        assert_eq!((c.counts().active(), c.counts().inactive()), (0, 2));
     }
 
     #[test]
@@ -649,9 +619,9 @@ mod tests {
         let mut c = KvCache::new(2, 64);
         let a = fill(&mut c, &[1, 2]);
         c.release(&a, 0);
-        assert_eq!(c.available(), 2);
+        assert_eq!(c.counts().available(), 2);
         c.acquire(1);
-        assert_eq!((c.available(), c.inactive()), (1, 1));
+        assert_eq!((c.counts().available(), c.counts().inactive()), (1, 1));
     }
 
     #[test]
@@ -660,27 +630,27 @@ mod tests {
         fill(&mut c, &[1]);
         c.allocate(1);
         assert_eq!(c.register(1), None);
-        assert_eq!(c.active(), 2);
+        assert_eq!(c.counts().active(), 2);
         c.release(&[], 1);
-        assert_eq!(c.active(), 1);
+        assert_eq!(c.counts().active(), 1);
     }
 
     #[test]
     fn recorded_evictions_come_out_oldest_first() {
         let mut c = KvCache::new(2, 64);
-        c.record_evictions();
+        c.counts_mut().record_evictions();
         assert_eq!(c.insert_or_touch_all(&[1, 2]), 2);
         assert_eq!(c.insert_or_touch_all(&[1]), 0); // 1 becomes the most recent
         assert_eq!(c.insert_or_touch_all(&[3, 4]), 2); // evicts 2, then 1
         let mut out = vec![9];
-        c.drain_evicted_into(&mut out);
+        c.counts_mut().drain_evicted_into(&mut out);
         assert_eq!(out, vec![9, 2, 1]);
-        assert!(!c.has_evicted());
-        assert_eq!((c.inactive(), c.active()), (2, 0));
+        assert!(!c.counts().has_evicted());
+        assert_eq!((c.counts().inactive(), c.counts().active()), (2, 0));
         // Without recording nothing is kept.
         let mut d = KvCache::new(1, 64);
         d.insert_or_touch_all(&[1, 2]);
-        assert!(!d.has_evicted());
+        assert!(!d.counts().has_evicted());
     }
 
     #[test]
@@ -726,7 +696,7 @@ mod tests {
                 assert_eq!(hashed.lookup(prefix), dense.lookup(prefix));
             }
         }
-        assert_eq!(hashed.evictions(), 60 - 16);
+        assert_eq!(hashed.counts().evictions(), 60 - 16);
     }
 
     #[test]
@@ -904,12 +874,12 @@ mod tests {
         model: &mut Model,
         prompts: &[Vec<BlockId>],
     ) -> Result<(), TestCaseError> {
-        prop_assert_eq!(cache.capacity(), model.capacity);
-        prop_assert_eq!(cache.active(), model.active());
-        prop_assert_eq!(cache.inactive(), model.inactive());
-        prop_assert_eq!(cache.available(), model.capacity - model.active());
+        prop_assert_eq!(cache.counts().capacity(), model.capacity);
+        prop_assert_eq!(cache.counts().active(), model.active());
+        prop_assert_eq!(cache.counts().inactive(), model.inactive());
+        prop_assert_eq!(cache.counts().available(), model.capacity - model.active());
         prop_assert!(model.active() + model.inactive() <= model.capacity);
-        prop_assert_eq!(cache.evictions(), model.evictions);
+        prop_assert_eq!(cache.counts().evictions(), model.evictions);
         // Slots are reused: a new one is made only when no spare is left, so never more than
         // the capacity exist.
         prop_assert!(cache.slots.len() <= model.capacity as usize);
@@ -924,11 +894,11 @@ mod tests {
         for id in 0..IDS {
             prop_assert_eq!(cache.lookup(&[id]), model.lookup(&[id]), "id {}", id);
         }
-        prop_assert_eq!(cache.has_evicted(), !model.evicted.is_empty());
+        prop_assert_eq!(cache.counts().has_evicted(), !model.evicted.is_empty());
         let mut got = Vec::new();
-        cache.drain_evicted_into(&mut got);
+        cache.counts_mut().drain_evicted_into(&mut got);
         prop_assert_eq!(got, std::mem::take(&mut model.evicted));
-        prop_assert!(!cache.has_evicted());
+        prop_assert!(!cache.counts().has_evicted());
         Ok(())
     }
 
@@ -1014,7 +984,7 @@ mod tests {
             let mut cache = KvCache::new(capacity, IDS);
             let mut model = Model::new(capacity, record);
             if record {
-                cache.record_evictions();
+                cache.counts_mut().record_evictions();
             }
             let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();
             for op in ops {
@@ -1028,7 +998,7 @@ mod tests {
                         let hit = cache.lookup(prompt);
                         prop_assert_eq!(hit, model.lookup(prompt));
                         let need = (prompt.len() as u32 - hit.blocks) + extra;
-                        if cache.available() < hit.inactive + need {
+                        if cache.counts().available() < hit.inactive + need {
                             continue;
                         }
                         let mut h = Held::default();
@@ -1091,7 +1061,7 @@ mod tests {
                     Op::Grow { r, n } => {
                         let r = r % prompts.len();
                         let Some(h) = held[r].as_mut() else { continue };
-                        if cache.available() < n {
+                        if cache.counts().available() < n {
                             continue;
                         }
                         cache.allocate(n);
@@ -1123,7 +1093,7 @@ mod tests {
                     model.release(&h.ids, h.private);
                 }
             }
-            prop_assert_eq!(cache.active(), 0);
+            prop_assert_eq!(cache.counts().active(), 0);
             check_against(&mut cache, &mut model, &prompts)?;
         }
 
@@ -1149,7 +1119,7 @@ mod tests {
                     }
                 }
                 let n = ids.len() as u32;
-                if all.available() < n {
+                if all.counts().available() < n {
                     continue;
                 }
                 one.allocate(n);
@@ -1178,7 +1148,7 @@ mod tests {
         ) {
             let mut cache = KvCache::new(capacity, IDS);
             let mut model = Model::new(capacity, true);
-            cache.record_evictions();
+            cache.counts_mut().record_evictions();
             let mut pending = Vec::new();
             for (ids, drain) in batches {
                 prop_assert_eq!(
@@ -1187,9 +1157,9 @@ mod tests {
                     "batch {:?}",
                     ids
                 );
-                prop_assert_eq!(cache.active(), 0);
-                prop_assert_eq!(cache.inactive(), model.inactive());
-                prop_assert_eq!(cache.evictions(), model.evictions);
+                prop_assert_eq!(cache.counts().active(), 0);
+                prop_assert_eq!(cache.counts().inactive(), model.inactive());
+                prop_assert_eq!(cache.counts().evictions(), model.evictions);
                 prop_assert!(cache.slots.len() <= capacity as usize);
                 for id in 0..IDS {
                     prop_assert_eq!(cache.lookup(&[id]), model.lookup(&[id]), "id {}", id);
@@ -1197,14 +1167,14 @@ mod tests {
                 prop_assert_eq!(cache.lookup(&ids), model.lookup(&ids));
                 // Evictions accumulate in order until drained.
                 pending.append(&mut model.evicted);
-                prop_assert_eq!(cache.has_evicted(), !pending.is_empty());
+                prop_assert_eq!(cache.counts().has_evicted(), !pending.is_empty());
                 if drain {
                     let mut got = vec![IDS];
-                    cache.drain_evicted_into(&mut got);
+                    cache.counts_mut().drain_evicted_into(&mut got);
                     prop_assert_eq!(got[0], IDS);
                     prop_assert_eq!(&got[1..], &pending[..]);
                     pending.clear();
-                    prop_assert!(!cache.has_evicted());
+                    prop_assert!(!cache.counts().has_evicted());
                 }
             }
         }

@@ -12,6 +12,7 @@
 //! [`KvCache`]: super::blocks::KvCache
 
 use super::blocks::PrefixHit;
+use super::occupancy::Occupancy;
 use crate::block_ids::BlockId;
 
 /// Runs queued beyond twice the inactive blocks before the queue is compacted, at least (few
@@ -39,9 +40,7 @@ struct Run {
 /// The cache of one rank, by identity. "Slots" handed out are the identities themselves.
 #[derive(Debug, Clone)]
 pub struct IdentityCache {
-    capacity: u32,
-    active: u32,
-    inactive: u32,
+    counts: Occupancy,
     /// By identity: 0 when not cached, else its reference count plus one (1: inactive).
     state: Vec<u32>,
     /// By identity: the number of the last run it was queued in.
@@ -52,9 +51,6 @@ pub struct IdentityCache {
     head: usize,
     /// The number the next run takes.
     next_run: u32,
-    evictions: u64,
-    record_evicted: bool,
-    evicted: Vec<BlockId>,
 }
 
 impl IdentityCache {
@@ -62,17 +58,12 @@ impl IdentityCache {
     /// mapped as identities are first touched.
     pub fn new(capacity: u32, ids: BlockId) -> Self {
         IdentityCache {
-            capacity,
-            active: 0,
-            inactive: 0,
+            counts: Occupancy::new(capacity),
             state: vec![0; ids as usize],
             run_of: vec![0; ids as usize],
             lru: Vec::new(),
             head: 0,
             next_run: 0,
-            evictions: 0,
-            record_evicted: false,
-            evicted: Vec::new(),
         }
     }
 
@@ -81,40 +72,13 @@ impl IdentityCache {
         BYTES_PER_ID * ids + QUEUE_BYTES_PER_BLOCK * u64::from(capacity)
     }
 
-    pub fn record_evictions(&mut self) {
-        self.record_evicted = true;
+    /// Its counts, and the identities it evicted when it keeps them.
+    pub fn counts(&self) -> &Occupancy {
+        &self.counts
     }
 
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
-        out.append(&mut self.evicted);
-    }
-
-    pub fn records_evictions(&self) -> bool {
-        self.record_evicted
-    }
-
-    pub fn has_evicted(&self) -> bool {
-        !self.evicted.is_empty()
-    }
-
-    pub fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
-    pub fn active(&self) -> u32 {
-        self.active
-    }
-
-    pub fn inactive(&self) -> u32 {
-        self.inactive
-    }
-
-    pub fn available(&self) -> u32 {
-        self.capacity - self.active
-    }
-
-    pub fn evictions(&self) -> u64 {
-        self.evictions
+    pub fn counts_mut(&mut self) -> &mut Occupancy {
+        &mut self.counts
     }
 
     /// Each identity's reference count (the scheduler's debug checks).
@@ -153,19 +117,19 @@ impl IdentityCache {
             *s += 1;
         }
         out.extend_from_slice(ids);
-        self.inactive -= reused;
-        self.active += reused;
+        self.counts.inactive -= reused;
+        self.counts.active += reused;
     }
 
     /// Hand out `n` private blocks, evicting least recently used inactive ones as needed.
     /// The caller checks `available() >= n` first.
     pub fn allocate(&mut self, n: u32) {
-        debug_assert!(n <= self.available());
-        let free = self.capacity - self.active - self.inactive;
+        debug_assert!(n <= self.counts.available());
+        let free = self.counts.free();
         if n > free {
             self.evict(n - free);
         }
-        self.active += n;
+        self.counts.active += n;
     }
 
     /// Give each of `ids` in turn its identity now that its block is full, appending the ones
@@ -175,7 +139,7 @@ impl IdentityCache {
         let before = out.len();
         let mut rest = ids;
         while !rest.is_empty() {
-            let (stretch, after) = rest.split_at(leading_stretch(rest));
+            let (stretch, after) = rest.split_at(stretch::<false>(rest));
             let states = self.states(stretch);
             // Nearly always none of a stretch is cached: one test and one fill for all.
             if states.iter().fold(0, |any, &s| any | s) == 0 {
@@ -198,7 +162,7 @@ impl IdentityCache {
     /// Later blocks become least recent first, so eviction trims prefixes from their tail;
     /// consecutive identities that become inactive together are queued as one run.
     pub fn release(&mut self, held: &[u32], private: u32) {
-        self.active -= private;
+        self.counts.active -= private;
         self.tidy_lru();
         let mut freed = 0;
         // The run being built: pushed when a block breaks it.
@@ -207,7 +171,7 @@ impl IdentityCache {
         // Stretch by stretch from the last block back; a stretch's identities are distinct,
         // so its references can all be dropped before any is read.
         while !rest.is_empty() {
-            let (before, stretch) = rest.split_at(rest.len() - trailing_stretch(rest));
+            let (before, stretch) = rest.split_at(rest.len() - stretch::<true>(rest));
             rest = before;
             let states = self.states(stretch);
             states.iter_mut().for_each(|s| *s -= 1);
@@ -240,8 +204,8 @@ impl IdentityCache {
             }
         }
         self.lru.extend(open);
-        self.active -= freed;
-        self.inactive += freed;
+        self.counts.active -= freed;
+        self.counts.inactive += freed;
     }
 
     /// Queue the run `open` holds, if any, and open an empty one whose least recent block will
@@ -271,7 +235,7 @@ impl IdentityCache {
     #[inline(always)]
     fn tidy_lru(&mut self) {
         let queued = self.lru.len() - self.head;
-        if queued >= 2 * self.inactive as usize + LRU_SLACK {
+        if queued >= 2 * self.counts.inactive as usize + LRU_SLACK {
             self.compact_lru();
         } else if self.head > LRU_SLACK && self.head >= queued {
             self.lru.drain(..self.head);
@@ -286,7 +250,7 @@ impl IdentityCache {
     #[cold]
     #[inline(never)]
     fn compact_lru(&mut self) {
-        let mut kept: Vec<Run> = Vec::with_capacity(self.inactive as usize);
+        let mut kept: Vec<Run> = Vec::with_capacity(self.counts.inactive as usize);
         for run in &self.lru[self.head..] {
             let mut open: Option<Run> = None;
             for id in (0..run.len).map(|j| run.top.wrapping_sub(j)) {
@@ -312,8 +276,8 @@ impl IdentityCache {
 
     /// Evict the `n` least recently used inactive blocks.
     fn evict(&mut self, mut n: u32) {
-        self.inactive -= n;
-        self.evictions += u64::from(n);
+        self.counts.inactive -= n;
+        self.counts.evictions += u64::from(n);
         while n > 0 {
             let run = self
                 .lru
@@ -334,8 +298,8 @@ impl IdentityCache {
             if live {
                 states.fill(0);
                 n -= k;
-                if self.record_evicted {
-                    self.evicted.extend((low..=run.top).rev());
+                if self.counts.record_evicted {
+                    self.counts.evicted.extend((low..=run.top).rev());
                 }
                 run.top = low.wrapping_sub(1);
                 run.len -= k;
@@ -348,8 +312,8 @@ impl IdentityCache {
                     if *s == 1 && self.run_of[id as usize] == number {
                         *s = 0;
                         n -= 1;
-                        if self.record_evicted {
-                            self.evicted.push(id);
+                        if self.counts.record_evicted {
+                            self.counts.evicted.push(id);
                         }
                     }
                 }
@@ -361,45 +325,40 @@ impl IdentityCache {
     }
 }
 
-/// How many identities `ids` (not empty) starts with that count up by one from its first.
+/// How many identities `ids` (not empty) starts with that count up by one from its first or,
+/// `FROM_END`, ends with that count up by one to its last.
 #[inline(always)]
-fn leading_stretch(ids: &[BlockId]) -> usize {
-    let first = ids[0];
+fn stretch<const FROM_END: bool>(ids: &[BlockId]) -> usize {
+    let n = ids.len();
+    // The identity k places in from the chosen end, and the one a stretch has there.
+    let at = |k: usize| if FROM_END { ids[n - 1 - k] } else { ids[k] };
+    let origin = at(0);
+    let expected = |k: usize| {
+        if FROM_END {
+            origin.wrapping_sub(k as u32)
+        } else {
+            origin.wrapping_add(k as u32)
+        }
+    };
     let mut k = 1;
-    // Eight at a time, a test the compiler makes one vector comparison.
-    while let Some(chunk) = ids.get(k..k + 8) {
-        let base = first.wrapping_add(k as u32);
-        let all = (0..8u32)
+    // Eight at a time, a test the compiler makes one vector comparison: the eight from k
+    // places in, in slice order, count up by one from `base`.
+    while k + 8 <= n {
+        let (start, base) = if FROM_END {
+            (n - k - 8, origin.wrapping_sub(k as u32 + 7))
+        } else {
+            (k, origin.wrapping_add(k as u32))
+        };
+        let chunk = &ids[start..start + 8];
+        if !(0..8u32)
             .zip(chunk)
-            .fold(true, |all, (j, &id)| all & (id == base.wrapping_add(j)));
-        if !all {
+            .fold(true, |all, (j, &id)| all & (id == base.wrapping_add(j)))
+        {
             break;
         }
         k += 8;
     }
-    while k < ids.len() && ids[k] == first.wrapping_add(k as u32) {
-        k += 1;
-    }
-    k
-}
-
-/// How many identities `ids` (not empty) ends with that count up by one to its last.
-#[inline(always)]
-fn trailing_stretch(ids: &[BlockId]) -> usize {
-    let last = ids[ids.len() - 1];
-    let mut k = 1;
-    while k + 8 <= ids.len() {
-        let chunk = &ids[ids.len() - k - 8..ids.len() - k];
-        let base = last.wrapping_sub(k as u32 + 7);
-        let all = (0..8u32)
-            .zip(chunk)
-            .fold(true, |all, (j, &id)| all & (id == base.wrapping_add(j)));
-        if !all {
-            break;
-        }
-        k += 8;
-    }
-    while k < ids.len() && ids[ids.len() - 1 - k] == last.wrapping_sub(k as u32) {
+    while k < n && at(k) == expected(k) {
         k += 1;
     }
     k
@@ -423,40 +382,44 @@ mod tests {
 
     #[test]
     fn stretches_are_found_from_either_end() {
-        assert_eq!(leading_stretch(&[4]), 1);
-        assert_eq!(leading_stretch(&[4, 5, 6, 9, 10]), 3);
+        assert_eq!(stretch::<false>(&[4]), 1);
+        assert_eq!(stretch::<true>(&[4]), 1);
+        assert_eq!(stretch::<false>(&[4, 5, 6, 9, 10]), 3);
         // Past the eight-at-a-time test: 0..=11 then a break.
         let ids: Vec<BlockId> = (0..12).chain([3]).collect();
-        assert_eq!(leading_stretch(&ids), 12);
-        assert_eq!(trailing_stretch(&ids), 1);
+        assert_eq!(stretch::<false>(&ids), 12);
+        assert_eq!(stretch::<true>(&ids), 1);
         let ids: Vec<BlockId> = [7, 2].into_iter().chain(20..31).collect();
-        assert_eq!(trailing_stretch(&ids), 11);
-        assert_eq!(trailing_stretch(&[5, 6]), 2);
-        assert_eq!(trailing_stretch(&[6, 5]), 1);
+        assert_eq!(stretch::<true>(&ids), 11);
+        // 17 in a row: two eight-at-a-time steps, then one by one.
+        let ids: Vec<BlockId> = (3..20).collect();
+        assert_eq!((stretch::<false>(&ids), stretch::<true>(&ids)), (17, 17));
+        assert_eq!(stretch::<true>(&[5, 6]), 2);
+        assert_eq!(stretch::<true>(&[6, 5]), 1);
     }
 
     #[test]
     fn a_release_queues_its_tail_first_as_one_run() {
         let mut c = IdentityCache::new(4, IDS);
-        c.record_evictions();
+        c.counts_mut().record_evictions();
         let held = fill(&mut c, &[10, 11, 12]);
         c.release(&held, 0);
         // One run: 12, 11, 10 (least recent first).
         assert_eq!(c.lru.len(), 1);
-        assert_eq!((c.active(), c.inactive()), (0, 3));
+        assert_eq!((c.counts().active(), c.counts().inactive()), (0, 3));
         // 1 free block, so 3 new ones evict 2: the tail, 12 then 11.
         c.allocate(3);
         let mut evicted = Vec::new();
-        c.drain_evicted_into(&mut evicted);
+        c.counts_mut().drain_evicted_into(&mut evicted);
         assert_eq!(evicted, [12, 11]);
         assert_eq!(c.lookup(&[10, 11]).blocks, 1);
-        assert_eq!(c.evictions(), 2);
+        assert_eq!(c.counts().evictions(), 2);
     }
 
     #[test]
     fn a_block_taken_again_leaves_its_run() {
         let mut c = IdentityCache::new(4, IDS);
-        c.record_evictions();
+        c.counts_mut().record_evictions();
         let held = fill(&mut c, &[1, 2, 3, 4]);
         c.release(&held, 0);
         // A later request takes the prefix 1, 2 again: the run 4, 3, 2, 1 now has 4, 3 live.
@@ -473,9 +436,16 @@ mod tests {
         // Two more blocks, none free: the two least recent inactive ones go, 4 then 3.
         c.allocate(2);
         let mut evicted = Vec::new();
-        c.drain_evicted_into(&mut evicted);
+        c.counts_mut().drain_evicted_into(&mut evicted);
         assert_eq!(evicted, [4, 3]);
-        assert_eq!((c.active(), c.inactive(), c.available()), (4, 0, 0));
+        assert_eq!(
+            (
+                c.counts().active(),
+                c.counts().inactive(),
+                c.counts().available()
+            ),
+            (4, 0, 0)
+        );
     }
 
     /// Prompts made of stretches of consecutive identities (as a trace's are), some shared
@@ -528,8 +498,8 @@ mod tests {
         ) {
             let mut slot = KvCache::new(capacity, IDS);
             let mut id = IdentityCache::new(capacity, IDS);
-            slot.record_evictions();
-            id.record_evictions();
+            slot.counts_mut().record_evictions();
+            id.counts_mut().record_evictions();
             let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();
             for op in ops {
                 match op {
@@ -542,7 +512,7 @@ mod tests {
                         let hit = slot.lookup(prompt);
                         prop_assert_eq!(id.lookup(prompt), hit);
                         let need = (prompt.len() as u32 - hit.blocks) + extra;
-                        if slot.available() < hit.inactive + need {
+                        if slot.counts().available() < hit.inactive + need {
                             continue;
                         }
                         let mut h = Held::default();
@@ -568,7 +538,7 @@ mod tests {
                     Op::Grow { r, n } => {
                         let r = r % prompts.len();
                         let Some(h) = held[r].as_mut() else { continue };
-                        if slot.available() < n {
+                        if slot.counts().available() < n {
                             continue;
                         }
                         slot.allocate(n);
@@ -584,12 +554,12 @@ mod tests {
                         // twice them (plus the slack) before, compacted if not, and each run
                         // pushed holds at least one block freed.
                         let queued = id.lru.len() - id.head;
-                        prop_assert!(queued <= 2 * id.inactive() as usize + LRU_SLACK);
+                        prop_assert!(queued <= 2 * id.counts().inactive() as usize + LRU_SLACK);
                     }
                 }
                 prop_assert_eq!(
-                    (id.active(), id.inactive(), id.available(), id.evictions()),
-                    (slot.active(), slot.inactive(), slot.available(), slot.evictions())
+                    (id.counts().active(), id.counts().inactive(), id.counts().available(), id.counts().evictions()),
+                    (slot.counts().active(), slot.counts().inactive(), slot.counts().available(), slot.counts().evictions())
                 );
                 for prompt in &prompts {
                     prop_assert_eq!(id.lookup(prompt), slot.lookup(prompt), "prompt {:?}", prompt);
@@ -598,8 +568,8 @@ mod tests {
                     prop_assert_eq!(id.lookup(&[b]), slot.lookup(&[b]), "id {}", b);
                 }
                 let (mut a, mut b) = (Vec::new(), Vec::new());
-                id.drain_evicted_into(&mut a);
-                slot.drain_evicted_into(&mut b);
+                id.counts_mut().drain_evicted_into(&mut a);
+                slot.counts_mut().drain_evicted_into(&mut b);
                 prop_assert_eq!(a, b);
             }
             // Everything released: then the whole cache can be taken, evicting every block in
@@ -611,10 +581,10 @@ mod tests {
             slot.allocate(capacity);
             id.allocate(capacity);
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            id.drain_evicted_into(&mut a);
-            slot.drain_evicted_into(&mut b);
+            id.counts_mut().drain_evicted_into(&mut a);
+            slot.counts_mut().drain_evicted_into(&mut b);
             prop_assert_eq!(a, b);
-            prop_assert_eq!(id.evictions(), slot.evictions());
+            prop_assert_eq!(id.counts().evictions(), slot.counts().evictions());
         }
     }
 }

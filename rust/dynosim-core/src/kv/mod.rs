@@ -3,6 +3,7 @@
 
 pub mod blocks;
 pub mod by_identity;
+pub mod occupancy;
 pub mod radix;
 pub mod rank_cache;
 pub mod slot_index;

@@ -6,6 +6,7 @@
 
 use super::blocks::{KvCache, PrefixHit};
 use super::by_identity::IdentityCache;
+use super::occupancy::Occupancy;
 use super::slot_index::dense_budget;
 use crate::block_ids::BlockId;
 
@@ -42,40 +43,13 @@ impl RankCache {
         }
     }
 
-    pub fn record_evictions(&mut self) {
-        on_form!(self, c => c.record_evictions())
+    /// Its counts, and the identities it evicted when it keeps them.
+    pub fn counts(&self) -> &Occupancy {
+        on_form!(self, c => c.counts())
     }
 
-    pub fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
-        on_form!(self, c => c.drain_evicted_into(out))
-    }
-
-    pub fn records_evictions(&self) -> bool {
-        on_form!(self, c => c.records_evictions())
-    }
-
-    pub fn has_evicted(&self) -> bool {
-        on_form!(self, c => c.has_evicted())
-    }
-
-    pub fn capacity(&self) -> u32 {
-        on_form!(self, c => c.capacity())
-    }
-
-    pub fn active(&self) -> u32 {
-        on_form!(self, c => c.active())
-    }
-
-    pub fn inactive(&self) -> u32 {
-        on_form!(self, c => c.inactive())
-    }
-
-    pub fn available(&self) -> u32 {
-        on_form!(self, c => c.available())
-    }
-
-    pub fn evictions(&self) -> u64 {
-        on_form!(self, c => c.evictions())
+    pub fn counts_mut(&mut self) -> &mut Occupancy {
+        on_form!(self, c => c.counts_mut())
     }
 
     #[cfg(debug_assertions)]

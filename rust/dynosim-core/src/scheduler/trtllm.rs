@@ -52,7 +52,7 @@ impl VllmScheduler {
             .map(|&id| self.blocks_to_completion(id))
             .sum();
         let reserved = running + self.receiving_reserved;
-        let free = u64::from(self.config.num_gpu_blocks) - u64::from(self.cache.active());
+        let free = u64::from(self.config.num_gpu_blocks) - u64::from(self.cache.counts().active());
         free.saturating_sub(reserved)
     }
 
@@ -100,7 +100,7 @@ impl VllmScheduler {
             }
             let need = self.config.new_blocks(seq.computed + n, seq.held());
             let mut yielded = false;
-            while self.cache.available() < need {
+            while self.cache.counts().available() < need {
                 // No-evict reserved these blocks; a shortage only arises under
                 // max_utilization. Pause the latest-started request not in the pass yet.
                 let victim = self
@@ -142,7 +142,7 @@ impl VllmScheduler {
             let Some(head) = self.head_chunk(id, budget) else {
                 break; // the whole context does not fit what is left of the budget
             };
-            if self.cache.available() < head.hit.inactive + head.need {
+            if self.cache.counts().available() < head.hit.inactive + head.need {
                 break;
             }
             if no_evict {

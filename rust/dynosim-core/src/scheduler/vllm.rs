@@ -395,7 +395,7 @@ impl VllmScheduler {
             let n = (seq.target() - seq.computed).min(budget);
             let need = self.config.new_blocks(seq.computed + n, seq.held());
             let mut preempted_self = false;
-            while self.cache.available() < need {
+            while self.cache.counts().available() < need {
                 // Victims are admitted after the request that needs the block (later in
                 // `running`), else it yields itself: the oldest running request is never
                 // preempted for a younger one, so it always progresses. (Preempting the oldest
@@ -440,7 +440,7 @@ impl VllmScheduler {
                     .new_blocks(self.seqs[id as usize].target(), head.hit.blocks),
                 false => head.need,
             };
-            if self.cache.available() < head.hit.inactive + need {
+            if self.cache.counts().available() < head.hit.inactive + need {
                 break;
             }
             self.admit(id, head, now, records);
@@ -529,7 +529,7 @@ impl VllmScheduler {
             || !self.waiting.is_empty()
             || self.in_pass.len() != self.running.len()
             || self.in_pass.len() > budget
-            || self.cache.records_evictions()
+            || self.cache.counts().records_evictions()
         {
             return false;
         }
@@ -560,7 +560,7 @@ impl VllmScheduler {
         }
         // Blocks taken one request after another: all fit exactly when their sum does, and
         // none preempts.
-        if unfit || need > self.cache.available() {
+        if unfit || need > self.cache.counts().available() {
             return false;
         }
         let mut plain = u32::MAX;
@@ -654,13 +654,13 @@ impl Engine for VllmScheduler {
 
     /// Offload tiers: keep the identities of blocks this rank's cache evicts.
     fn record_evictions(&mut self) {
-        self.cache.record_evictions();
+        self.cache.counts_mut().record_evictions();
     }
 
     /// Offload tiers: move the identities of blocks evicted since the last call (least recent
     /// first) to the end of `out`.
     fn drain_evicted_into(&mut self, out: &mut Vec<BlockId>) {
-        self.cache.drain_evicted_into(out);
+        self.cache.counts_mut().drain_evicted_into(out);
     }
 
     /// The workload row of request `handle`.
@@ -716,7 +716,7 @@ impl Engine for VllmScheduler {
     /// request is then looked up again before a later pass.
     fn hold_for_onboard(&mut self, handle: u32, hit: PrefixHit, blocks: u32) -> bool {
         let need = hit.inactive + blocks;
-        if self.cache.available() < need
+        if self.cache.counts().available() < need
             || (self.no_evict() && u64::from(need) > self.unreserved_blocks())
         {
             self.seqs[handle as usize].tier_checked = false;
@@ -758,7 +758,7 @@ impl Engine for VllmScheduler {
         let ids = self.ids.of(i);
         let hit = self.cache.lookup(ids);
         let need = self.config.new_blocks(workload.input_length[i], hit.blocks);
-        if self.cache.available() < hit.inactive + need {
+        if self.cache.counts().available() < hit.inactive + need {
             return None;
         }
         let no_evict = self.no_evict();
@@ -846,11 +846,11 @@ impl Engine for VllmScheduler {
                 .map(|&id| self.seqs[id as usize].pass_tokens)
                 .collect(),
             pass_budget: (!alone).then_some(u64::from(self.config.max_num_batched_tokens)),
-            memory: u64::from(cache.active() + cache.inactive()),
-            capacity: u64::from(cache.capacity()),
+            memory: u64::from(cache.counts().active() + cache.counts().inactive()),
+            capacity: u64::from(cache.counts().capacity()),
             references,
             holders,
-            held: u64::from(cache.active()),
+            held: u64::from(cache.counts().active()),
             held_by_requests: named + private,
         }
     }
@@ -886,11 +886,11 @@ impl Engine for VllmScheduler {
     }
 
     fn active_blocks(&self) -> u32 {
-        self.cache.active()
+        self.cache.counts().active()
     }
 
     fn evictions(&self) -> u64 {
-        self.cache.evictions()
+        self.cache.counts().evictions()
     }
 
     fn passes(&self) -> u64 {

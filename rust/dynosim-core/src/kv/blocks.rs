@@ -50,7 +50,10 @@ const LRU_SLACK: usize = if cfg!(test) { 2 } else { 64 };
 const RESERVED_SLOTS: u32 = 1 << 16;
 
 /// The cache of one worker. Slot indices handed out stay valid until the caller releases them.
+// C layout with the counts first, as `IdentityCache`: a `RankCache` then finds them at one
+// offset whatever its form, and reading them takes no branch.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct KvCache {
     counts: Occupancy,
     slot_of: SlotIndex,

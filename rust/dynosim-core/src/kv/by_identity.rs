@@ -38,7 +38,9 @@ struct Run {
 }
 
 /// The cache of one rank, by identity. "Slots" handed out are the identities themselves.
+// C layout with the counts first, as `KvCache` (see there).
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct IdentityCache {
     counts: Occupancy,
     /// By identity: 0 when not cached, else its reference count plus one (1: inactive).

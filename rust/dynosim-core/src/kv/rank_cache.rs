@@ -10,7 +10,10 @@ use super::occupancy::Occupancy;
 use super::slot_index::dense_budget;
 use crate::block_ids::BlockId;
 
+// A tag then the form, in C layout: both forms keep their counts first, so `counts()` reads
+// them at one offset in either arm and compiles to no branch (it is read on per-token paths).
 #[derive(Debug, Clone)]
+#[repr(C, u8)]
 pub enum RankCache {
     ByIdentity(IdentityCache),
     BySlot(KvCache),
@@ -26,6 +29,8 @@ macro_rules! on_form {
     };
 }
 
+// The block operations are called out of line: each form's loops, inlined into the scheduler
+// twice over (once a form), would make its per-token paths too large to inline themselves.
 impl RankCache {
     /// Whether a cache of `capacity` blocks over `ids` identities is kept by identity: its
     /// arrays within the dense budget of the slot index, and a capacity below 2^30 (which
@@ -44,10 +49,12 @@ impl RankCache {
     }
 
     /// Its counts, and the identities it evicted when it keeps them.
+    #[inline]
     pub fn counts(&self) -> &Occupancy {
         on_form!(self, c => c.counts())
     }
 
+    #[inline]
     pub fn counts_mut(&mut self) -> &mut Occupancy {
         on_form!(self, c => c.counts_mut())
     }
@@ -57,23 +64,27 @@ impl RankCache {
         on_form!(self, c => c.refcounts())
     }
 
+    #[inline(never)]
     pub fn lookup(&self, ids: &[BlockId]) -> PrefixHit {
         on_form!(self, c => c.lookup(ids))
     }
 
-    #[inline]
+    #[inline(never)]
     pub fn acquire_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) {
         on_form!(self, c => c.acquire_all(ids, out))
     }
 
+    #[inline(never)]
     pub fn allocate(&mut self, n: u32) {
         on_form!(self, c => c.allocate(n))
     }
 
+    #[inline(never)]
     pub fn register_all(&mut self, ids: &[BlockId], out: &mut Vec<u32>) -> u32 {
         on_form!(self, c => c.register_all(ids, out))
     }
 
+    #[inline(never)]
     pub fn release(&mut self, held: &[u32], private: u32) {
         on_form!(self, c => c.release(held, private))
     }

@@ -1,13 +1,14 @@
 //! A rank's block KV cache kept in arrays indexed by block identity, with a least-recently-used
 //! order made of runs of consecutive identities: the same cache as [`KvCache`] (same hits,
 //! counts, evictions and eviction order) in the form used when the workload's identities are
-//! few enough for two 4-byte entries each.
+//! few enough for two 2-byte entries each.
 //!
 //! A prompt's block identities come in long stretches of consecutive numbers (the conversation
 //! trace: about 70 blocks a stretch), and a request names, holds and releases them stretch by
 //! stretch. Indexed by identity, each block's state is one read in a sequential sweep, with no
 //! identity→slot index, no slot table and no spare list, and a release queues one LRU entry per
-//! stretch instead of one per block.
+//! stretch instead of one per block. Its two entries take 2 bytes each: smaller arrays are
+//! faster to sweep and to map in than any per-block instruction saved.
 //!
 //! [`KvCache`]: super::blocks::KvCache
 
@@ -20,7 +21,12 @@ use crate::block_ids::BlockId;
 const LRU_SLACK: usize = if cfg!(test) { 2 } else { 64 };
 
 /// Bytes kept per identity of the workload (state and run number).
-pub const BYTES_PER_ID: u64 = 8;
+pub const BYTES_PER_ID: u64 = 4;
+/// Run numbers (2 bytes): before they run out the queue is compacted and its runs numbered
+/// again from 0.
+const RUN_NUMBERS: usize = 1 << 16;
+/// The most references one block may take (its state is the count plus one, in 2 bytes).
+pub const MAX_REFERENCES: u32 = u16::MAX as u32 - 1;
 /// Bytes the LRU queue may take per block of capacity: 12-byte entries, up to twice the
 /// capacity queued plus one release's worth before a compaction, as many popped ones kept,
 /// in a vector that doubles (12 entries a block at most, 144 bytes; rounded up).
@@ -34,7 +40,7 @@ struct Run {
     top: BlockId,
     len: u32,
     /// Its number: a block is queued in this run while it is inactive and `run_of` names it.
-    number: u32,
+    number: u16,
 }
 
 /// The cache of one rank, by identity. "Slots" handed out are the identities themselves.
@@ -44,21 +50,38 @@ struct Run {
 pub struct IdentityCache {
     counts: Occupancy,
     /// By identity: 0 when not cached, else its reference count plus one (1: inactive).
-    state: Vec<u32>,
+    state: Vec<u16>,
     /// By identity: the number of the last run it was queued in.
-    run_of: Vec<u32>,
+    run_of: Vec<u16>,
     /// Inactive blocks by runs, least recent first from `head` on. Entries whose blocks were
     /// taken again or evicted are skipped when popped (their blocks' state or run differs).
     lru: Vec<Run>,
     head: usize,
-    /// The number the next run takes.
-    next_run: u32,
+    /// The number the next run takes, below `run_numbers` (`RUN_NUMBERS`; fewer in tests).
+    next_run: usize,
+    run_numbers: usize,
 }
 
 impl IdentityCache {
-    /// A cache of `capacity` blocks for identities below `ids`. Its arrays are zeroed pages,
+    /// Whether a cache of `capacity` blocks whose holders take one block at most `holders`
+    /// times can be kept by identity (its run numbers and reference counts fit 2 bytes).
+    pub fn holds(capacity: u32, holders: u32) -> bool {
+        (capacity as usize) < RUN_NUMBERS && holders <= MAX_REFERENCES
+    }
+
+    /// A cache of `capacity` blocks for identities below `ids`, whose holders take each block
+    /// at most `MAX_REFERENCES` times in all (see `holds`). Its arrays are zeroed pages,
     /// mapped as identities are first touched.
     pub fn new(capacity: u32, ids: BlockId) -> Self {
+        Self::with_run_numbers(capacity, ids, RUN_NUMBERS)
+    }
+
+    /// `new` with `run_numbers` run numbers (more than the capacity).
+    fn with_run_numbers(capacity: u32, ids: BlockId, run_numbers: usize) -> Self {
+        assert!(
+            (capacity as usize) < run_numbers,
+            "capacity {capacity} takes the slot form"
+        );
         IdentityCache {
             counts: Occupancy::new(capacity),
             state: vec![0; ids as usize],
@@ -66,6 +89,7 @@ impl IdentityCache {
             lru: Vec::new(),
             head: 0,
             next_run: 0,
+            run_numbers,
         }
     }
 
@@ -86,7 +110,10 @@ impl IdentityCache {
     /// Each identity's reference count (the scheduler's debug checks).
     #[cfg(debug_assertions)]
     pub fn refcounts(&self) -> Vec<u32> {
-        self.state.iter().map(|s| s.saturating_sub(1)).collect()
+        self.state
+            .iter()
+            .map(|&s| u32::from(s).saturating_sub(1))
+            .collect()
     }
 
     /// The longest run of leading blocks of `ids` the cache holds.
@@ -115,6 +142,10 @@ impl IdentityCache {
         for &id in ids {
             let s = &mut state[id as usize];
             debug_assert!(*s > 0, "acquire follows lookup");
+            debug_assert!(
+                u32::from(*s) <= MAX_REFERENCES,
+                "identity {id}: too many references"
+            );
             reused += u32::from(*s == 1);
             *s += 1;
         }
@@ -165,7 +196,7 @@ impl IdentityCache {
     /// consecutive identities that become inactive together are queued as one run.
     pub fn release(&mut self, held: &[u32], private: u32) {
         self.counts.active -= private;
-        self.tidy_lru();
+        self.tidy_lru(held.len());
         let mut freed = 0;
         // The run being built: pushed when a block breaks it.
         let mut open: Option<Run> = None;
@@ -215,8 +246,8 @@ impl IdentityCache {
     #[inline(always)]
     fn open_run<'a>(&mut self, open: &'a mut Option<Run>, top: BlockId) -> &'a mut Run {
         self.lru.extend(open.take());
-        let number = self.next_run;
-        self.next_run = number.wrapping_add(1);
+        let number = self.next_run as u16;
+        self.next_run += 1;
         open.insert(Run {
             top,
             len: 0,
@@ -226,32 +257,39 @@ impl IdentityCache {
 
     /// The states of the consecutive identities `stretch`, as one slice.
     #[inline(always)]
-    fn states(&mut self, stretch: &[BlockId]) -> &mut [u32] {
+    fn states(&mut self, stretch: &[BlockId]) -> &mut [u16] {
         let low = stretch[0] as usize;
         &mut self.state[low..low + stretch.len()]
     }
 
-    /// Before entries are pushed: keep only the live stretches of the queued runs once the
-    /// runs outnumber the inactive blocks twice over (plus a slack), or drop the popped ones
-    /// once they are most of the queue.
+    /// Before a release that may queue up to `pushes` runs: keep only the live stretches of
+    /// the queued runs once the runs outnumber the inactive blocks twice over (plus a slack),
+    /// or once the run numbers would run out (numbering them again from 0), or drop the popped
+    /// runs once they are most of the queue.
     #[inline(always)]
-    fn tidy_lru(&mut self) {
+    fn tidy_lru(&mut self, pushes: usize) {
         let queued = self.lru.len() - self.head;
-        if queued >= 2 * self.counts.inactive as usize + LRU_SLACK {
-            self.compact_lru();
+        if self.next_run + pushes >= self.run_numbers {
+            self.compact_lru(true);
+            debug_assert!(self.next_run + pushes < self.run_numbers);
+        } else if queued >= 2 * self.counts.inactive as usize + LRU_SLACK {
+            self.compact_lru(false);
         } else if self.head > LRU_SLACK && self.head >= queued {
             self.lru.drain(..self.head);
             self.head = 0;
         }
     }
 
-    /// Replace the queued runs by their live stretches, in order. Afterwards no more runs are
-    /// queued than inactive blocks, so at least as many runs are pushed again before the next
-    /// compaction; and no run stays queued across 2^32 later runs (the form is used for
-    /// capacities below 2^30), so a run's number is never mistaken for a newer run's.
+    /// Replace the queued runs by their live stretches, in order, and with `renumber` number
+    /// them again from 0. Afterwards no more runs are queued than inactive blocks, so at least
+    /// as many runs are pushed again before the next compaction. Every inactive block is in
+    /// one live stretch, so renumbering names each one's run anew, and a stretch holds only
+    /// blocks released into it: a number given again never matches a block it did not queue.
+    /// The runs kept and one release's pushes are at most the capacity's blocks (inactive and
+    /// active), fewer than the run numbers.
     #[cold]
     #[inline(never)]
-    fn compact_lru(&mut self) {
+    fn compact_lru(&mut self, renumber: bool) {
         let mut kept: Vec<Run> = Vec::with_capacity(self.counts.inactive as usize);
         for run in &self.lru[self.head..] {
             let mut open: Option<Run> = None;
@@ -271,6 +309,14 @@ impl IdentityCache {
                 }
             }
             kept.extend(open);
+        }
+        if renumber {
+            for (number, run) in kept.iter_mut().enumerate() {
+                run.number = number as u16;
+                let low = (run.top + 1 - run.len) as usize;
+                self.run_of[low..=run.top as usize].fill(run.number);
+            }
+            self.next_run = kept.len();
         }
         self.lru = kept;
         self.head = 0;
@@ -450,6 +496,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn runs_are_numbered_again_before_the_numbers_run_out() {
+        // 8 run numbers, capacity 4: nine requests of one new block each, each released at
+        // once, queue nine runs; the eighth release finds the numbers about to run out and
+        // numbers the live runs again from 0 first. Blocks 0..=4 are evicted on the way.
+        let mut c = IdentityCache::with_run_numbers(4, IDS, 8);
+        c.counts_mut().record_evictions();
+        for id in 0..9 {
+            let held = fill(&mut c, &[id]);
+            c.release(&held, 0);
+        }
+        // Blocks 5..=8 are cached, least recent first 5, 6, 7, 8, across the renumbering.
+        // Taking 6 and three new blocks evicts 5, 7 and 8.
+        assert!(c.next_run < 8);
+        let mut held = Vec::new();
+        c.acquire_all(&[6], &mut held);
+        c.allocate(3);
+        let mut evicted = Vec::new();
+        c.counts_mut().drain_evicted_into(&mut evicted);
+        assert_eq!(evicted, [0, 1, 2, 3, 4, 5, 7, 8]);
+    }
+
     /// Prompts made of stretches of consecutive identities (as a trace's are), some shared
     /// between prompts, some overlapping, with single identities between.
     fn prompts() -> impl Strategy<Value = Vec<Vec<BlockId>>> {
@@ -499,7 +567,8 @@ mod tests {
             ops in prop::collection::vec(op(), 1..120),
         ) {
             let mut slot = KvCache::new(capacity, IDS);
-            let mut id = IdentityCache::new(capacity, IDS);
+            // 64 run numbers: the short runs of the test number their runs again often.
+            let mut id = IdentityCache::with_run_numbers(capacity, IDS, 64);
             slot.counts_mut().record_evictions();
             id.counts_mut().record_evictions();
             let mut held: Vec<Option<Held>> = prompts.iter().map(|_| None).collect();

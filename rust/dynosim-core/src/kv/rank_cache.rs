@@ -32,16 +32,18 @@ macro_rules! on_form {
 // The block operations are called out of line: each form's loops, inlined into the scheduler
 // twice over (once a form), would make its per-token paths too large to inline themselves.
 impl RankCache {
-    /// Whether a cache of `capacity` blocks over `ids` identities is kept by identity: its
-    /// arrays within the dense budget of the slot index, and a capacity below 2^30 (which
-    /// keeps its LRU run numbers from wrapping onto a queued run).
-    pub fn by_identity(capacity: u32, ids: u64) -> bool {
-        capacity < 1 << 30 && IdentityCache::bytes(capacity, ids) <= dense_budget(capacity)
+    /// Whether a cache of `capacity` blocks over `ids` identities, whose holders take one
+    /// block at most `holders` times, is kept by identity: its arrays within the dense budget
+    /// of the slot index, its counts within their 2 bytes.
+    pub fn by_identity(capacity: u32, ids: u64, holders: u32) -> bool {
+        IdentityCache::holds(capacity, holders)
+            && IdentityCache::bytes(capacity, ids) <= dense_budget(capacity)
     }
 
-    /// A cache of `capacity` blocks for identities below `ids`.
-    pub fn new(capacity: u32, ids: BlockId) -> Self {
-        if Self::by_identity(capacity, u64::from(ids)) {
+    /// A cache of `capacity` blocks for identities below `ids`, whose holders take one block
+    /// at most `holders` times.
+    pub fn new(capacity: u32, ids: BlockId, holders: u32) -> Self {
+        if Self::by_identity(capacity, u64::from(ids), holders) {
             RankCache::ByIdentity(IdentityCache::new(capacity, ids))
         } else {
             RankCache::BySlot(KvCache::new(capacity, ids))

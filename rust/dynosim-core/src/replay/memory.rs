@@ -35,7 +35,7 @@ pub fn replay_bytes(config: &SimConfig, requests: u64, tokens: u64) -> u64 {
             CACHE_RESERVED_BYTES + held * CACHE_BLOCK_BYTES + index_bytes(capacity, ids, held)
         };
         let gpu = engine.num_gpu_blocks;
-        let rank_cache = if RankCache::by_identity(gpu, ids) {
+        let rank_cache = if RankCache::by_identity(gpu, ids, engine.max_num_seqs) {
             IdentityCache::bytes(gpu, ids)
         } else {
             cache(gpu)
@@ -66,9 +66,9 @@ mod tests {
         let config = SimConfig::default();
         // 4 workers of 16,384 blocks of 64 tokens; 1,000 requests of 1,000 tokens:
         // ids = 1,000,000 / 64 + 2,000 = 17,625, of which a cache holds at most its 16,384;
-        // each rank's cache by identity: 8 bytes an identity and 160 a block of capacity,
-        // 141,000 + 2,621,440 bytes (within 16 MiB).
-        let cache = 17_625 * 8 + 16_384 * 160;
+        // each rank's cache by identity: 4 bytes an identity and 160 a block of capacity,
+        // 70,500 + 2,621,440 bytes (within 16 MiB).
+        let cache = 17_625 * 4 + 16_384 * 160;
         assert_eq!(
             replay_bytes(&config, 1_000, 1_000_000),
             512 * 1_000 + 24 * 17_625 + 4 * cache

@@ -245,7 +245,9 @@ impl VllmScheduler {
         debug_assert_eq!(ids.block_size(), config.block_size);
         VllmScheduler {
             role,
-            cache: RankCache::new(config.num_gpu_blocks, ids.end()),
+            // A block is held at most once by each request that holds blocks (a prompt's
+            // identities are distinct), and at most max_num_seqs of them do at once.
+            cache: RankCache::new(config.num_gpu_blocks, ids.end(), config.max_num_seqs),
             ids,
             config,
             pricing: Pricing::new(timer),

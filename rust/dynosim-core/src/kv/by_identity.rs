@@ -80,7 +80,8 @@ impl IdentityCache {
     fn with_run_numbers(capacity: u32, ids: BlockId, run_numbers: usize) -> Self {
         assert!(
             (capacity as usize) < run_numbers,
-            "capacity {capacity} takes the slot form"
+            "a cache by identity of {capacity} blocks needs more than {run_numbers} run \
+             numbers: such a capacity takes the cache by slot (`RankCache::new`)"
         );
         IdentityCache {
             counts: Occupancy::new(capacity),
@@ -213,12 +214,7 @@ impl IdentityCache {
             if states.iter().fold(true, |all, &s| all & (s == 1)) {
                 let (low, len) = (stretch[0], stretch.len() as u32);
                 let top = low + (len - 1);
-                let run = match &mut open {
-                    Some(run) if run.top.wrapping_sub(run.len) == top => run,
-                    _ => self.open_run(&mut open, top),
-                };
-                run.len += len;
-                let number = run.number;
+                let number = self.join_run(&mut open, top, len);
                 self.run_of[low as usize..=top as usize].fill(number);
                 freed += len;
                 continue;
@@ -228,12 +224,7 @@ impl IdentityCache {
                     continue;
                 }
                 freed += 1;
-                let run = match &mut open {
-                    Some(run) if run.top.wrapping_sub(run.len) == id => run,
-                    _ => self.open_run(&mut open, id),
-                };
-                run.len += 1;
-                self.run_of[id as usize] = run.number;
+                self.run_of[id as usize] = self.join_run(&mut open, id, 1);
             }
         }
         self.lru.extend(open);
@@ -241,18 +232,24 @@ impl IdentityCache {
         self.counts.inactive += freed;
     }
 
-    /// Queue the run `open` holds, if any, and open an empty one whose least recent block will
-    /// be `top`.
+    /// Queue the `len` blocks `top`, `top - 1`, ... as the next least recent after the run
+    /// being built (`open`): they extend it when they continue its identities, else it is
+    /// queued and they start the next. Returns the number of their run.
     #[inline(always)]
-    fn open_run<'a>(&mut self, open: &'a mut Option<Run>, top: BlockId) -> &'a mut Run {
-        self.lru.extend(open.take());
-        let number = self.next_run as u16;
-        self.next_run += 1;
-        open.insert(Run {
-            top,
-            len: 0,
-            number,
-        })
+    fn join_run(&mut self, open: &mut Option<Run>, top: BlockId, len: u32) -> u16 {
+        match open {
+            Some(run) if run.top.wrapping_sub(run.len) == top => {
+                run.len += len;
+                run.number
+            }
+            _ => {
+                self.lru.extend(open.take());
+                let number = self.next_run as u16;
+                self.next_run += 1;
+                *open = Some(Run { top, len, number });
+                number
+            }
+        }
     }
 
     /// The states of the consecutive identities `stretch`, as one slice.

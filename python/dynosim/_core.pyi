@@ -9,6 +9,8 @@ import numpy.typing as npt
 MAX_REQUESTS: int
 #: The most prompt hash ids one workload may hold.
 MAX_HASH_IDS: int
+#: Whether this build was compiled profile-guided (the build backend's training replays).
+PROFILE_GUIDED: bool
 
 class Control:
     """A replay's count of finished requests and its stop switch, shared with other threads.

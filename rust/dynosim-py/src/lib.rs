@@ -561,6 +561,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Control>()?;
     m.add("MAX_REQUESTS", dynosim_core::workload::MAX_REQUESTS)?;
     m.add("MAX_HASH_IDS", dynosim_core::workload::MAX_HASH_IDS)?;
+    // Set by the build backend when it compiles with a training profile.
+    m.add(
+        "PROFILE_GUIDED",
+        option_env!("DYNOSIM_PROFILE_GUIDED") == Some("1"),
+    )?;
     m.add_class::<PreparedWorkload>()?;
     m.add_function(wrap_pyfunction!(replay_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(replay_prepared_summary, m)?)?;

@@ -1,0 +1,48 @@
+"""The replays a profile-guided build trains on: what the compiler learns here about which
+branches are taken and which calls are hot decides how it lays out the core's code.
+
+Run as ``python pgo_training.py`` against an instrumented build (its counts are written when
+the process exits). The set spans what dynosim is used for, not one benchmark: the bundled
+sample on aggregated and disaggregated clusters (links instant, at line rate and shared max-min),
+each engine flavour, the vLLM engine both with and without async scheduling, a cache small
+enough to preempt, a host-memory offload tier, and synthetic traffic on many workers.
+"""
+
+from __future__ import annotations
+
+import dynosim
+
+_DISAGG = {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2}
+_KV = {"kv_bytes_per_token": 262_144}
+
+CONFIGS: list[dict] = [
+    {"cluster": {"num_workers": 4}},
+    {
+        "cluster": {"num_workers": 4},
+        "engine": {"async_scheduling": False, "scheduler_reserve_full_isl": False},
+    },
+    {"cluster": {"num_workers": 2}, "engine": {"num_gpu_blocks": 3_000}},
+    {"cluster": {"num_workers": 2}, "kv_transfer": _KV, "offload": {"g2_blocks": 20_000}},
+    {"cluster": {"num_workers": 4}, "engine": {"backend": "sglang"}},
+    {"cluster": {"num_workers": 4}, "engine": {"backend": "trtllm"}},
+    {"cluster": _DISAGG, "kv_transfer": {**_KV, "first_token": "first_decode_pass"}},
+    {
+        "cluster": _DISAGG,
+        "kv_transfer": {**_KV, "bandwidth_gbps": 25.0, "link_model": "line_rate"},
+        "engine": {"async_scheduling": False, "scheduler_reserve_full_isl": False},
+    },
+    {"cluster": _DISAGG, "kv_transfer": {**_KV, "bandwidth_gbps": 25.0, "link_model": "max_min"}},
+    {"cluster": _DISAGG, "kv_transfer": _KV, "engine": {"backend": "sglang"}},
+]
+
+
+def main() -> None:
+    sample = dynosim.load_trace(dynosim.sample_trace_path())
+    for config in CONFIGS:
+        dynosim.replay(sample, config)
+    synthetic = dynosim.SyntheticWorkload(isl=200, osl=20, rate=2000.0, count=50_000, seed=1)
+    dynosim.replay(synthetic, {"cluster": {"num_workers": 32}})
+
+
+if __name__ == "__main__":
+    main()

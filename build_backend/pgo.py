@@ -23,6 +23,8 @@ from pathlib import Path
 _TRAINING = Path(__file__).with_name("pgo_training.py")
 #: What the training replays may take before the build gives up on them (s).
 _TRAINING_TIMEOUT_S = 600
+#: What adding rustup's llvm-tools may take, a download of about 30 MB (s).
+_ADD_TIMEOUT_S = 300
 #: Where the instrumented build leaves the extension, by platform.
 _BUILT_NAMES = ("lib_core.so", "lib_core.dylib")
 
@@ -74,7 +76,12 @@ def llvm_profdata() -> Path:
     if not tool.is_file() and shutil.which("rustup"):
         say("adding rustup's llvm-tools component (llvm-profdata)")
         command = ["rustup", "component", "add", "llvm-tools"]
-        subprocess.run(command, stdout=sys.stderr, stderr=sys.stderr, check=False)
+        try:
+            subprocess.run(
+                command, stdout=sys.stderr, stderr=sys.stderr, timeout=_ADD_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            say(f"rustup gave no answer in {_ADD_TIMEOUT_S} s")
     if not tool.is_file():
         raise Unavailable(f"no {tool} (rustup's llvm-tools component)")
     return tool

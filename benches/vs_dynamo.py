@@ -57,6 +57,9 @@ def _dynosim_ms(config: dynosim.SimConfig) -> float:
 
 
 def main(rounds: int) -> None:
+    from dynosim._core import PROFILE_GUIDED
+
+    print(f"dynosim build: {'profile-guided' if PROFILE_GUIDED else 'plain (not profile-guided)'}")
     for name, data in SETUPS.items():
         config = dynosim.load_config({**data, "engine": _PEER_VLLM})
         peer = DynamoReplay(TRACE, config, trace_block_size=512)

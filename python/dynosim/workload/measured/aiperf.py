@@ -140,10 +140,11 @@ def _start_ns(where: str, metadata: dict[str, Any], metrics: dict[str, Any]) -> 
                 f"{where}: field 'metrics.min_request_timestamp.unit': expected 'ns', got "
                 f"{shown(unit)}"
             )
-    if type(value) is not int or value < 0:
+    # A 64-bit ns clock (time.time_ns()); a larger integer is no time and no float holds it.
+    if type(value) is not int or not 0 <= value < 2**63:
         raise WorkloadError(
-            f"{where}: field {field!r}: expected a wall-clock time in integer ns, "
-            f"got {shown(value, 80)}"
+            f"{where}: field {field!r}: expected a wall-clock time in integer ns "
+            f"(0 .. 2**63 - 1), got {shown(value, 80)}"
         )
     return value
 

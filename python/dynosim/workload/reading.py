@@ -3,8 +3,6 @@ order, and naming the file line of a row the core's workload rules refuse."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,19 +21,6 @@ MAX_LENGTH = 2**32
 def read_trace_bytes(path: Path) -> bytes:
     """The bytes of a trace file; a device, or a line too long to be a row, is refused."""
     return read_input(path, WorkloadError, "trace", max_line=MAX_LINE_BYTES)
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file's bytes, as hex (what ``sha256sum`` prints)."""
-    digest = hashlib.sha256()
-    # One buffer read into again and again: a fresh bytes object per chunk costs its page
-    # faults (a quarter of the time for a trace of a few MB).
-    buffer = bytearray(1 << 20)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 def decode_text(path: Path, data: bytes) -> str:
@@ -120,7 +105,6 @@ __all__ = [
     "arrival_order",
     "csr_take",
     "decode_text",
-    "file_sha256",
     "naming_lines",
     "read_trace_bytes",
     "token_count",

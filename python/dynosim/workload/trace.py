@@ -17,7 +17,7 @@ from dynosim.workload.azure import read_azure
 from dynosim.workload.base import WorkloadModel
 from dynosim.workload.columns import TraceColumns
 from dynosim.workload.mooncake import read_mooncake
-from dynosim.workload.reading import file_sha256, read_trace_bytes
+from dynosim.workload.reading import read_trace_bytes
 
 
 class TraceWorkload(WorkloadModel):
@@ -78,18 +78,18 @@ class TraceWorkload(WorkloadModel):
             assert self.path is not None  # checked at validation; from_columns sets _columns
             read = read_mooncake if self._trace_format() == "mooncake" else read_azure
             data = read_trace_bytes(self.path)
-            if not self.path.is_file():
-                # A pipe cannot be read a second time: hash the bytes read (a file is hashed
-                # when a report asks for it).
-                self._sha256 = hashlib.sha256(data).hexdigest()
+            # The trace's identity in a report: the hash of exactly the bytes replayed, taken
+            # while they are in memory (reading the file again costs more than hashing).
+            self._sha256 = hashlib.sha256(data).hexdigest()
             self._columns = read(self.path, data, self.trace_block_size)
         return self._columns
 
     def sha256(self) -> str:
-        """The sha256 of the trace file's bytes (hex), computed once."""
+        """The sha256 of the trace file's bytes (hex), taken when they are read."""
         if self._sha256 is None:
             assert self.path is not None  # only a workload read from a file has a file hash
-            self._sha256 = file_sha256(self.path)
+            self.columns()
+        assert self._sha256 is not None
         return self._sha256
 
     @classmethod

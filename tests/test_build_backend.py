@@ -70,3 +70,24 @@ def test_the_training_set_validates_and_spans_engines_and_modes():
     links = {c.kv_transfer.link_model for c in configs if c.kv_transfer.bandwidth_gbps}
     assert links == {"line_rate", "max_min"}
     assert any(c.offload.g2_blocks for c in configs)
+
+
+def test_without_llvm_profdata_or_rustup_to_add_it_the_build_is_told_why(tmp_path, monkeypatch):
+    answers = {("rustc", "--print", "sysroot"): str(tmp_path), ("rustc", "-vV"): "host: h-x\n"}
+    monkeypatch.setattr(pgo, "_output", lambda command: answers[tuple(command)])
+    monkeypatch.setattr(pgo.shutil, "which", lambda name: None)
+    missing = tmp_path / "lib" / "rustlib" / "h-x" / "bin" / "llvm-profdata"
+    with pytest.raises(pgo.Unavailable, match=f"no {missing} "):
+        pgo.llvm_profdata()
+    missing.parent.mkdir(parents=True)
+    missing.write_text("")
+    assert pgo.llvm_profdata() == missing
+
+
+def test_a_toolchain_that_cannot_be_asked_is_unavailable(monkeypatch):
+    def fail(command):
+        raise FileNotFoundError(command[0])
+
+    monkeypatch.setattr(pgo, "_output", fail)
+    with pytest.raises(pgo.Unavailable, match="cannot ask rustc for its sysroot and host"):
+        pgo.llvm_profdata()

@@ -24,7 +24,7 @@ _TRAINING = Path(__file__).with_name("pgo_training.py")
 #: What the training replays may take before the build gives up on them (s).
 _TRAINING_TIMEOUT_S = 600
 #: What adding rustup's llvm-tools may take, a download of about 30 MB (s).
-_ADD_TIMEOUT_S = 300
+_ADD_TIMEOUT_S = 120
 #: Where the instrumented build leaves the extension, by platform.
 _BUILT_NAMES = ("lib_core.so", "lib_core.dylib")
 

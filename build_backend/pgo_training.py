@@ -14,13 +14,12 @@ import dynosim
 
 _DISAGG = {"mode": "disaggregated", "num_prefill_workers": 2, "num_decode_workers": 2}
 _KV = {"kv_bytes_per_token": 262_144}
+#: vLLM as Dynamo's mocker runs it: each pass formed when the one before ends.
+_SYNC_VLLM = {"async_scheduling": False, "scheduler_reserve_full_isl": False}
 
 CONFIGS: list[dict] = [
     {"cluster": {"num_workers": 4}},
-    {
-        "cluster": {"num_workers": 4},
-        "engine": {"async_scheduling": False, "scheduler_reserve_full_isl": False},
-    },
+    {"cluster": {"num_workers": 4}, "engine": _SYNC_VLLM},
     {"cluster": {"num_workers": 2}, "engine": {"num_gpu_blocks": 3_000}},
     {"cluster": {"num_workers": 2}, "kv_transfer": _KV, "offload": {"g2_blocks": 20_000}},
     {"cluster": {"num_workers": 4}, "engine": {"backend": "sglang"}},
@@ -29,7 +28,7 @@ CONFIGS: list[dict] = [
     {
         "cluster": _DISAGG,
         "kv_transfer": {**_KV, "bandwidth_gbps": 25.0, "link_model": "line_rate"},
-        "engine": {"async_scheduling": False, "scheduler_reserve_full_isl": False},
+        "engine": _SYNC_VLLM,
     },
     {"cluster": _DISAGG, "kv_transfer": {**_KV, "bandwidth_gbps": 25.0, "link_model": "max_min"}},
     {"cluster": _DISAGG, "kv_transfer": _KV, "engine": {"backend": "sglang"}},

@@ -48,6 +48,58 @@ pub struct TimeSeries {
     integral: Vec<f64>,
     min: Vec<f64>,
     max: Vec<f64>,
+    /// The bucket the latest segment ended in: most segments lie inside it.
+    open: OpenBucket,
+}
+
+/// A bucket `b` that exists, with the segments `[from, to)` that [`TimeSeries::add_spanning`]
+/// would put into it alone, whole: `from_lo <= from <= from_hi` and `to <= to_hi`. The bounds
+/// come from that method's own float arithmetic (the edges `b * w` and `(b + 1) * w`, `from / w`
+/// rounding down to at most `b`, `to / w` rounding up to at most `b + 1`), so the shortcut adds
+/// what it would, bit for bit, even a hair from an edge.
+#[derive(Debug, Clone, Copy)]
+struct OpenBucket {
+    index: usize,
+    from_lo: f64,
+    from_hi: f64,
+    to_hi: f64,
+}
+
+impl OpenBucket {
+    /// No bucket: no segment passes its bounds.
+    const NONE: OpenBucket = OpenBucket {
+        index: usize::MAX,
+        from_lo: f64::INFINITY,
+        from_hi: f64::NEG_INFINITY,
+        to_hi: f64::NEG_INFINITY,
+    };
+
+    /// Bucket `b` of width `w`.
+    fn new(b: usize, w: f64) -> OpenBucket {
+        let (lo, hi) = (b as f64 * w, (b + 1) as f64 * w);
+        let mut from_hi = hi;
+        while (from_hi / w) as usize > b {
+            from_hi = below(from_hi);
+        }
+        let mut to_hi = hi;
+        while ceil_index(to_hi / w) > b + 1 {
+            to_hi = below(to_hi);
+        }
+        OpenBucket {
+            index: b,
+            // A `from` at or above `lo` whose quotient rounds below `b` gives the bucket
+            // before a span <= 0 there: nothing is added to it.
+            from_lo: lo,
+            from_hi,
+            to_hi,
+        }
+    }
+}
+
+impl Default for OpenBucket {
+    fn default() -> Self {
+        OpenBucket::NONE
+    }
 }
 
 /// One series over the buckets, row-major `[bucket][column]`.
@@ -74,6 +126,7 @@ impl TimeSeries {
             integral: Vec::new(),
             min: Vec::new(),
             max: Vec::new(),
+            open: OpenBucket::NONE,
         }
     }
 
@@ -144,7 +197,26 @@ impl TimeSeries {
     }
 
     /// Put `value`, held by column `k` over `[from_ms, to_ms)`, into the buckets.
+    #[inline]
     fn add(&mut self, k: usize, from_ms: f64, to_ms: f64, value: f64) {
+        let open = self.open;
+        if from_ms >= open.from_lo && from_ms <= open.from_hi && to_ms <= open.to_hi {
+            // Inside the open bucket, as `add_spanning` would find (see `OpenBucket`).
+            if from_ms < to_ms {
+                let i = open.index * self.columns + k;
+                self.integral[i] += value * (to_ms - from_ms);
+                self.min[i] = self.min[i].min(value);
+                self.max[i] = self.max[i].max(value);
+            }
+            return;
+        }
+        self.add_spanning(k, from_ms, to_ms, value);
+    }
+
+    /// `add` for any segment: across buckets, past the buckets held, or past the width.
+    #[cold]
+    #[inline(never)]
+    fn add_spanning(&mut self, k: usize, from_ms: f64, to_ms: f64, value: f64) {
         if to_ms <= from_ms {
             return;
         }
@@ -167,6 +239,9 @@ impl TimeSeries {
                 self.min[i] = self.min[i].min(value);
                 self.max[i] = self.max[i].max(value);
             }
+        }
+        if self.open.index != last - 1 {
+            self.open = OpenBucket::new(last - 1, w);
         }
     }
 
@@ -274,7 +349,15 @@ impl TimeSeries {
         self.min.truncate(merged * c);
         self.max.truncate(merged * c);
         self.width_ms *= 2.0;
+        self.open = OpenBucket::NONE;
     }
+}
+
+/// The largest double below `x`, a positive finite double (`f64::next_down` needs Rust 1.86).
+#[inline]
+fn below(x: f64) -> f64 {
+    debug_assert!(x > 0.0 && x.is_finite());
+    f64::from_bits(x.to_bits() - 1)
 }
 
 /// `q.ceil() as usize` for `q` from 0 to [`MAX_BUCKETS`] (or NaN, giving 0 as the cast
@@ -335,6 +418,46 @@ mod tests {
         assert_eq!(s.get("b").unwrap().mean, vec![4.0]);
     }
 
+    /// Where `(b + 1) * w / w` rounds past `b + 1` (about one bucket edge in twenty), the
+    /// general path puts a segment ending on the edge partly into the next bucket, or drops
+    /// one starting a hair below it; the shortcut must do the same.
+    #[test]
+    fn the_shortcut_rounds_at_bucket_edges_as_the_general_path_does() {
+        let mut awkward = 0;
+        for i in 0..400 {
+            let w = 0.013 + f64::from(i) * 0.1237;
+            for b in 0..40usize {
+                let (lo, hi) = (b as f64 * w, (b + 1) as f64 * w);
+                awkward += usize::from(hi / w > (b + 1) as f64 || lo / w < b as f64);
+                let mid = lo + w / 2.0;
+                let mut fast = TimeSeries::new(w, vec![("x", Shape::Scalar)]);
+                let mut general = fast.clone();
+                // Open bucket b first, then segments ending and starting at its edges.
+                let segments = [
+                    (mid, mid + w / 8.0, 1.0),
+                    (lo, mid, 2.0),
+                    (mid, hi, 3.0),
+                    (hi.next_down(), hi, 4.0),
+                    (hi.next_down().next_down(), hi.next_down(), 5.0),
+                    (mid, hi.next_down(), 6.0),
+                ];
+                for (from, to, value) in segments {
+                    fast.add(0, from, to, value);
+                    general.add_spanning(0, from, to, value);
+                }
+                let bits = |s: &TimeSeries| {
+                    [&s.integral, &s.min, &s.max]
+                        .map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                };
+                assert_eq!(bits(&fast), bits(&general), "w {w}, bucket {b}");
+            }
+        }
+        assert!(
+            awkward > 100,
+            "only {awkward} awkward edges: the widths test little"
+        );
+    }
+
     proptest! {
         /// Naming only the columns that changed gives the buckets full observations give, bit
         /// for bit, coarsening included (the fast path the replay's sampler takes).
@@ -374,6 +497,50 @@ mod tests {
             };
             prop_assert_eq!(full.interval_ms(), sparse.interval_ms());
             prop_assert_eq!(bits(&full), bits(&sparse));
+        }
+
+        /// Segments put in through the open bucket's shortcut land as the general path puts
+        /// them, bit for bit: ends on and a few ulps either side of bucket edges, segments
+        /// within, across and past the buckets held, coarsening included.
+        #[test]
+        fn the_open_bucket_shortcut_adds_what_the_general_path_adds(
+            segments in prop::collection::vec(
+                (
+                    0usize..3,
+                    prop::sample::select(vec![0u32, 0, 0, 1, 2, 700]),
+                    (-3i32..=3, 0u32..3),
+                    (-3i32..=3, 0u32..3, 0u32..3),
+                    -1.0f64..9.0,
+                ),
+                1..300,
+            ),
+            interval in 0.01f64..50.0,
+        ) {
+            // A point near edge `b`: on it, `ulps` away, and a third of a bucket in per `part`.
+            let at = |b: u32, ulps: i32, part: u32| {
+                let mut x = f64::from(b) * interval + f64::from(part) * interval / 3.0;
+                for _ in 0..ulps.unsigned_abs() {
+                    x = if ulps > 0 { x.next_up() } else { x.next_down() };
+                }
+                x.max(0.0)
+            };
+            let names = vec![("a", Shape::Scalar), ("b", Shape::Columns(2))];
+            let (mut fast, mut general) =
+                (TimeSeries::new(interval, names.clone()), TimeSeries::new(interval, names));
+            // Segments start where the last one did or a little later, as the sampler's do.
+            let mut b = 0;
+            for &(k, step, (ulps, part), (ulps_to, part_to, buckets), value) in &segments {
+                b += step;
+                let from = at(b, ulps, part);
+                let to = at(b + buckets, ulps_to, part_to);
+                fast.add(k, from, to, value);
+                general.add_spanning(k, from, to, value);
+            }
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(fast.interval_ms(), general.interval_ms());
+            prop_assert_eq!(bits(&fast.integral), bits(&general.integral));
+            prop_assert_eq!(bits(&fast.min), bits(&general.min));
+            prop_assert_eq!(bits(&fast.max), bits(&general.max));
         }
 
         /// The bucket index rounding up is `f64::ceil`'s over the whole range it serves.

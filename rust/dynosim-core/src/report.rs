@@ -91,7 +91,8 @@ pub struct Records {
     /// request's prompt before its first token (ms), and when its prompt was done.
     pub prefill_pass_ms: Vec<f64>,
     pub prefill_end_ms: Vec<f64>,
-    /// Every inter-token gap of every request (ms).
+    /// Every inter-token gap of every request (ms); emptied by [`Report::build`], which keeps
+    /// their summary.
     pub itl: WeightedSamples,
     /// Requests completed or rejected so far.
     pub finished: usize,
@@ -113,10 +114,10 @@ impl Records {
             output_length: output_length.to_vec(),
             reused_tokens: vec![0; n],
             worker: vec![-1; n],
-            decode_worker: vec![-1; n],
-            transfer_bytes: vec![0.0; n],
-            transfer_start_ms: vec![f64::NAN; n],
-            transfer_end_ms: vec![f64::NAN; n],
+            decode_worker: Vec::new(),
+            transfer_bytes: Vec::new(),
+            transfer_start_ms: Vec::new(),
+            transfer_end_ms: Vec::new(),
             status: vec![Status::Pending as u8; n],
             reject_reason: vec![RejectReason::None as u8; n],
             preemptions: vec![0; n],
@@ -131,6 +132,18 @@ impl Records {
             finished: 0,
             just_finished: Vec::new(),
         }
+    }
+
+    /// Make room for the KV-transfer columns (`decode_worker`, `transfer_*`), every request's
+    /// holding "none yet". A disaggregated replay writes them as it goes; an aggregated one
+    /// never does, and its report gets them only at the end of [`Report::build`], in memory
+    /// its summaries have freed (at 10 M requests they are 280 MB).
+    pub fn make_transfer_columns(&mut self) {
+        let n = self.arrival_ms.len();
+        self.decode_worker = vec![-1; n];
+        self.transfer_bytes = vec![0.0; n];
+        self.transfer_start_ms = vec![f64::NAN; n];
+        self.transfer_end_ms = vec![f64::NAN; n];
     }
 
     /// Make room for the offload-tier columns.
@@ -273,10 +286,11 @@ pub fn ttft_stages(r: &Records) -> [Vec<f64>; 6] {
         }
         let admitted = r.first_admit_ms[i];
         let prompt_done = r.prefill_end_ms[i];
-        // Aggregated: no transfer, the first token ends the prompt's last pass.
-        let (start, end) = match r.transfer_start_ms[i].is_nan() {
-            true => (prompt_done, prompt_done),
-            false => (r.transfer_start_ms[i], r.transfer_end_ms[i]),
+        // No transfer (aggregated, where the columns are not made yet): the first token
+        // ends the prompt's last pass.
+        let (start, end) = match r.transfer_start_ms.get(i) {
+            Some(&start) if !start.is_nan() => (start, r.transfer_end_ms[i]),
+            _ => (prompt_done, prompt_done),
         };
         let stages = [
             admitted - r.arrival_ms[i],
@@ -538,12 +552,15 @@ fn per_second(count: f64, duration_ms: f64) -> f64 {
 
 impl Report {
     pub fn build(
-        records: Records,
+        mut records: Records,
         timeseries: TimeSeries,
         counters: Counters,
         duration_ms: f64,
         config: &SimConfig,
     ) -> Report {
+        // The inter-token gaps first, freed once summarised: the derived columns built next
+        // then take their memory instead of adding to a long replay's peak, which is here.
+        let (itl_ms, itl_cdf_ms) = std::mem::take(&mut records.itl).summarise();
         let derived = Derived::of(&records);
         let breakdown = counters.explained.map(|(ranks, parts)| {
             let stages = ttft_stages(&records);
@@ -570,7 +587,7 @@ impl Report {
         let total_input_tokens = sum(&records.input_length);
         let total_output_tokens = sum(&records.output_length);
         let reused_tokens = sum(&records.reused_tokens);
-        let pick = |v: &[f64]| Distribution::of(done.iter().map(|&i| v[i as usize]));
+        let pick = |v: &[f64]| Distribution::of_rows(v, &done);
         let sla = &config.sla;
         let meets =
             |limit: Option<f64>, value: f64| limit.is_none_or(|l| value.is_nan() || value <= l);
@@ -627,11 +644,10 @@ impl Report {
                 }),
             }
         });
-        let transferred: Vec<usize> = (0..n)
+        let transferred: Vec<usize> = (0..records.transfer_end_ms.len())
             .filter(|&i| !records.transfer_end_ms[i].is_nan())
             .collect();
         let completed = done.len() as u64;
-        let (itl_ms, itl_cdf_ms) = records.itl.summarise();
         let summary = Summary {
             num_requests: n as u64,
             completed_requests: completed,
@@ -679,6 +695,9 @@ impl Report {
             num_events: counters.events,
             offload,
         };
+        if records.transfer_end_ms.len() != n {
+            records.make_transfer_columns();
+        }
         Report {
             records,
             derived,

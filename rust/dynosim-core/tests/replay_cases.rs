@@ -206,6 +206,24 @@ fn round_robin_spreads_requests() {
 }
 
 #[test]
+fn an_aggregated_report_says_no_request_was_transferred() {
+    // The transfer columns are made only as the report is built: full length, each request
+    // with no decode worker, no bytes and no transfer times.
+    let rows = Rows::new(4, &[(0.0, 4, 2, &[1]), (1.0, 4, 2, &[2])]);
+    let r = rows.replay(&small(100, 64));
+    assert_eq!(r.records.decode_worker, [-1, -1]);
+    assert_eq!(r.records.transfer_bytes, [0.0, 0.0]);
+    let times = [&r.records.transfer_start_ms, &r.records.transfer_end_ms];
+    assert!(times
+        .iter()
+        .all(|t| t.len() == 2 && t.iter().all(|x| x.is_nan())));
+    assert_eq!(
+        (r.summary.num_transfers, r.summary.transfer_ms.count),
+        (0, 0)
+    );
+}
+
+#[test]
 fn empty_workload_ends_in_both_loops() {
     let rows = Rows::new(4, &[]);
     let mut c = small(100, 64);

@@ -107,6 +107,9 @@ fn run(
         })
         .collect();
     let mut records = Records::new(arrivals, workload.input_length, workload.output_length);
+    if cluster.disaggregated() {
+        records.make_transfer_columns();
+    }
     if cluster.tiers.is_some() {
         records.enable_tiers();
     }

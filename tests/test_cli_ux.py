@@ -315,6 +315,30 @@ def test_help_and_version_import_no_configuration_models(entry, argv):
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_a_replay_starts_before_what_prints_its_report_is_imported(tmp_path):
+    # `dynosim replay`'s start, up to the core's replay: the modules it needs (pydantic's
+    # configuration models, numpy for the columns), none of what only prints, saves or checks
+    # reports (rich, the report schema's models, the comparison) or reads YAML. The core's
+    # replay is replaced by a probe that lists what is loaded.
+    script = (
+        "import sys\n"
+        "import dynosim._core as core\n"
+        "def probe(*args, **kwargs):\n"
+        "    loaded = [m for m in sys.modules if m.split('.')[0] in ('rich', 'yaml')\n"
+        "              or m in ('dynosim.report_schema', 'dynosim.compare.measured',\n"
+        "                       'dynosim.cli.summary', 'secrets')]\n"
+        "    print(sorted(loaded), 'numpy' in sys.modules, file=sys.stderr)\n"
+        "    raise SystemExit(0)\n"
+        "core.replay = probe\n"
+        "from dynosim.cli import main\n"
+        "main(['replay'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[] True", done.stderr
+
+
 def test_offline_replay_bench_takes_dynosims_names_and_names_the_flag_typed(capsys):
     def config(*flags: str) -> dynosim.SimConfig:
         parser = bench._parser()

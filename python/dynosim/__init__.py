@@ -20,9 +20,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dynosim._lazy import lazy_names
-from dynosim._version import VERSION
 
 if TYPE_CHECKING:
+    __version__: str
     from dynosim.compare.measured import compare_measured
     from dynosim.config import (
         ClusterConfig,
@@ -141,6 +141,7 @@ _LAZY = {
         ),
         "dynosim.workload",
     ),
+    "__version__": "dynosim._version",
     "compare_measured": "dynosim.compare.measured",
     "max_min_rates": "dynosim.links",
     "replay": "dynosim.replay",
@@ -163,8 +164,6 @@ sys.modules[__name__].__class__ = _Package
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
-
-__version__ = VERSION
 
 __all__ = [
     "REJECT_REASONS",

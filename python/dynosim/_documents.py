@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import cache
+from types import ModuleType
 from typing import Any
-
-import yaml
 
 #: Nodes the aliases of one document may add, all uses counted with what they stand for.
 MAX_ALIAS_NODES = 100_000
@@ -28,8 +28,6 @@ MAX_ALIAS_NODES = 100_000
 MAX_DEPTH = 100
 #: Digits of an integer (Python's own limit of converting text to an integer).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
-
-_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when PyYAML has it
 
 
 class DocumentError(ValueError):
@@ -45,34 +43,41 @@ def _at(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 
-class _Loader(_BASE):  # type: ignore[misc, valid-type]
-    """The safe loader, refusing duplicate keys and integers past :data:`MAX_DIGITS`."""
+@cache
+def _yaml() -> tuple[ModuleType, type, type]:
+    """PyYAML, the safe loader it has (its C parser when built with one) and that loader
+    refusing duplicate keys and integers past :data:`MAX_DIGITS`; made on first use, so a
+    start that reads no YAML does not import PyYAML (~15 ms)."""
+    import yaml
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
-                key_node, yaml.ScalarNode
-            ):
-                continue
-            key = (key_node.tag, key_node.value)
-            if key in seen:
-                raise DocumentError(
-                    _at(key_node.start_mark),
-                    f"duplicate key {_short(key_node.value)} (first at {_at(seen[key])}); "
-                    "each key may appear once",
-                )
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep)
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def construct_yaml_int(self, node: Any) -> Any:
-        digits = sum(c.isdigit() for c in node.value)
-        if digits > MAX_DIGITS:
-            raise DocumentError(_at(node.start_mark), _too_many_digits(digits))
-        return super().construct_yaml_int(node)
+    class Loader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise DocumentError(
+                        _at(key_node.start_mark),
+                        f"duplicate key {_short(key_node.value)} (first at {_at(seen[key])}); "
+                        "each key may appear once",
+                    )
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep)
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = sum(c.isdigit() for c in node.value)
+            if digits > MAX_DIGITS:
+                raise DocumentError(_at(node.start_mark), _too_many_digits(digits))
+            return super().construct_yaml_int(node)
 
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    return yaml, base, Loader
 
 
 def _short(text: str, width: int = 40) -> str:
@@ -89,7 +94,8 @@ def _check_events(text: str) -> None:
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for, once its node is complete
     open_nodes: list[list[Any]] = []  # [nodes so far, anchor] of each collection being read
     added = 0
-    for event in yaml.parse(text, Loader=_BASE):
+    yaml, base, _ = _yaml()
+    for event in yaml.parse(text, Loader=base):
         if isinstance(event, yaml.CollectionStartEvent):
             if len(open_nodes) >= MAX_DEPTH:
                 raise DocumentError(_at(event.start_mark), f"nested deeper than {MAX_DEPTH} levels")
@@ -125,9 +131,10 @@ def yaml_documents(text: str) -> list[Any]:
     """Every document of a YAML (or JSON) stream, as Python data, within the module's bounds.
 
     Raises :class:`DocumentError` naming the line and column of what is wrong."""
+    yaml, _, loader = _yaml()
     try:
         _check_events(text)
-        return list(yaml.load_all(text, Loader=_Loader))
+        return list(yaml.load_all(text, Loader=loader))
     except yaml.MarkedYAMLError as e:
         raise DocumentError(_at(e.problem_mark), f"not valid YAML: {e.problem}") from None
     except yaml.YAMLError as e:

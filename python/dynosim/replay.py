@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim import _core
-from dynosim._version import VERSION
+from dynosim._version import version
 from dynosim.config import AicTiming, SimConfig, load_config
 from dynosim.errors import WorkloadError
 from dynosim.report import Report, config_sha256
@@ -121,7 +121,7 @@ def replay(
     config_json, derived = core_config(cfg)
     raw = _replay_raw(cols, config_json, progress)
     notes: dict[str, Any] = {
-        "dynosim_version": VERSION,
+        "dynosim_version": version(),
         "trace": trace,
         **derived,
         **(provenance or {}),
@@ -162,8 +162,11 @@ def _replay_raw(cols: TraceColumns, config_json: str, progress: bool) -> dict[st
 def _show_progress(control: Any, total: int, finished: threading.Event) -> None:
     """A progress bar of ``control``'s finished requests until ``finished`` is set, shown only
     when the replay takes more than a second."""
+    # The wait first: rich is imported only for a replay that lasts, not beside every start.
+    if finished.wait(_PROGRESS_AFTER_S):
+        return
     console = _stderr_console()
-    if not console.is_terminal or finished.wait(_PROGRESS_AFTER_S):
+    if not console.is_terminal:
         return  # a bar drawn into a log file or a pipe is noise
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 

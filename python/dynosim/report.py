@@ -14,11 +14,9 @@ from typing import IO, Any
 import numpy as np
 
 from dynosim import _core
-from dynosim._documents import DocumentError, json_document
 from dynosim._files import MAX_DOCUMENT_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.errors import ReportError
-from dynosim.report_schema import check_report
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.
 REJECT_REASONS: tuple[str, ...] = tuple(_core.reject_reason_names())
@@ -184,6 +182,9 @@ class Report:
                 f"this dynosim reads version {REPORT_VERSION}: replay the trace again to get a "
                 "current report"
             )
+        # The schema's models are built on first use: a replay makes its report without them.
+        from dynosim.report_schema import check_report
+
         try:
             config = check_report(data)
         except ReportError as e:
@@ -350,6 +351,8 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
     is not a dynosim report of this format version, or whose content does not fit the
     report's schema (:mod:`dynosim.report_schema`), raises ReportError naming the file."""
+    from dynosim._documents import DocumentError, json_document
+
     text = read_input(path, ReportError, "report", max_bytes=MAX_DOCUMENT_BYTES)
     try:
         data = json_document(text)

@@ -33,6 +33,8 @@ from dynosim.workload.measured import MEASURED_FORMATS
 
 if TYPE_CHECKING:
     from dynosim.config import SimConfig
+    from dynosim.report import Report
+    from dynosim.workload import MeasuredRun
 
 
 def add_parser(sub: Any, line: str) -> None:
@@ -383,15 +385,10 @@ def _timing(
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here, not at the top: `dynosim replay --help` needs none of them.
-    from rich.console import Console
-
+    # Imported here, not at the top: `dynosim replay --help` needs none of them. What only
+    # prints the report is imported once the replay is done (see `_print`).
     from dynosim._dependencies import matplotlib
-    from dynosim._files import atomic_open
-    from dynosim.cli.breakdown import render_breakdown
     from dynosim.cli.output import check_outputs
-    from dynosim.cli.summary import render_summary
-    from dynosim.compare.measured import compare_measured
     from dynosim.replay import replay
 
     json_file = None if args.json in (None, "-") else Path(args.json)
@@ -417,6 +414,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         workload, source = workload_from_args(args, sample_when_missing=True)
     report = replay(workload, config, progress=not args.no_progress)
+    return _print(args, report, source, real, json_file)
+
+
+def _print(
+    args: argparse.Namespace,
+    report: Report,
+    source: str,
+    real: tuple[MeasuredRun, str] | None,
+    json_file: Path | None,
+) -> int:
+    """Print and write what ``dynosim replay`` makes of ``report``; returns the exit code.
+    Its modules (rich, the tables, the comparison) are imported only now: a replay's start
+    waits on none of them."""
+    from rich.console import Console
+
+    from dynosim._files import atomic_open
+    from dynosim.cli.breakdown import render_breakdown
+    from dynosim.cli.summary import render_summary
+    from dynosim.compare.measured import compare_measured
+
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
     console.print(render_summary(report, source))

@@ -16,7 +16,7 @@ import yaml
 
 from dynosim._dependencies import matplotlib
 from dynosim._files import write_atomic
-from dynosim._version import VERSION
+from dynosim._version import version
 from dynosim.views import figures
 from dynosim.views.describe import deployment, rejections, saturation, used_config
 from dynosim.views.tables import (
@@ -351,7 +351,7 @@ def pareto_page(
     subtitle = (
         f"{len(replayed)} candidates replayed, {met} meet the SLA "
         f"({limits or 'no latency limit'}, every request completed), {failed} failed. "
-        f"dynosim {VERSION}."
+        f"dynosim {version()}."
     )
     chosen = (
         "<p>No candidate meets the SLA.</p>"

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.json is not None:
         document = {
-            "dynosim_version": dynosim.VERSION,
+            "dynosim_version": dynosim.__version__,
             "workload": workload().model_dump(),
             "cases": results,
         }

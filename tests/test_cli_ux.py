@@ -223,6 +223,7 @@ def test_version_flag_and_attribute(capsys):
     assert ended.value.code == 0
     assert capsys.readouterr().out.strip() == f"dynosim {dynosim.__version__}"
     assert re.fullmatch(r"\d+\.\d+\.\d+.*|0\+unknown", dynosim.__version__)
+    assert dynosim.VERSION == dynosim.__version__  # the older name, looked up as lazily
 
 
 def test_sla_flags_on_replay_set_goodput(tmp_path):

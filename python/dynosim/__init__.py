@@ -23,6 +23,7 @@ from dynosim._lazy import lazy_names
 
 if TYPE_CHECKING:
     __version__: str
+    VERSION: str
     from dynosim.compare.measured import compare_measured
     from dynosim.config import (
         ClusterConfig,
@@ -142,6 +143,7 @@ _LAZY = {
         "dynosim.workload",
     ),
     "__version__": "dynosim._version",
+    "VERSION": "dynosim._version",
     "compare_measured": "dynosim.compare.measured",
     "max_min_rates": "dynosim.links",
     "replay": "dynosim.replay",

@@ -22,8 +22,9 @@ def version() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    # `dynosim.__version__`, which the package's lazy names read from here.
-    if name == "__version__":
+    # `dynosim.__version__` (and its older name `VERSION`), which the package's lazy names
+    # read from here.
+    if name in ("__version__", "VERSION"):
         return version()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

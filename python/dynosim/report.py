@@ -14,6 +14,7 @@ from typing import IO, Any
 import numpy as np
 
 from dynosim import _core
+from dynosim._documents import DocumentError, json_document
 from dynosim._files import MAX_DOCUMENT_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.errors import ReportError
@@ -351,8 +352,6 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report saved as JSON (``Report.to_json``, ``dynosim replay --json``); a file that
     is not a dynosim report of this format version, or whose content does not fit the
     report's schema (:mod:`dynosim.report_schema`), raises ReportError naming the file."""
-    from dynosim._documents import DocumentError, json_document
-
     text = read_input(path, ReportError, "report", max_bytes=MAX_DOCUMENT_BYTES)
     try:
         data = json_document(text)

@@ -34,11 +34,11 @@ from dynosim._defaults import (
     flavour_setting,
 )
 from dynosim._files import atomic_open
-from dynosim._version import version as dynosim_version
 from dynosim._workload_defaults import TRACE_BLOCK_SIZE
 from dynosim.cli.common import (
     EXIT_REJECTED,
     Parser,
+    VersionAction,
     missing_extra_is_bad_input,
     name_flags,
     plain_warnings,
@@ -158,9 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         "check that all iterations give the same canonical report, and optionally run "
         "Dynamo's or AISimulate's replay on the same trace and settings (--compare).",
     )
-    p.add_argument(
-        "--version", action="version", version=f"offline_replay_bench {dynosim_version()}"
-    )
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("trace", type=Path, help="trace file: Mooncake JSONL or Azure CSV")
     p.add_argument(
         "--serving-mode",

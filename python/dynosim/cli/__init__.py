@@ -8,8 +8,14 @@ import argparse
 import sys
 from importlib import import_module
 
-from dynosim._version import version
-from dynosim.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, Parser, plain_warnings, run_command
+from dynosim.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    Parser,
+    VersionAction,
+    plain_warnings,
+    run_command,
+)
 
 #: The commands, in the order ``--help`` lists them, with their line there: each is the module
 #: of its name here, with ``add_parser(sub, line)`` and ``run(args)``.
@@ -24,17 +30,6 @@ COMMANDS = {
 }
 
 
-class _Version(argparse.Action):
-    """``--version``: the version looked up only when asked for (it costs a start ~35 ms)."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        print(f"dynosim {version()}")  # on stdout, as argparse's own version action
-        parser.exit()
-
-
 def _parser(argv: list[str]) -> argparse.ArgumentParser:
     """The parser of ``argv``: when its first word names a command, with that command's
     parser alone, so a start imports only what that command needs (the others pull in
@@ -42,7 +37,7 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     name and line only, which is all ``dynosim --help`` lists (``dynosim --help`` and
     ``--version`` import no command)."""
     p = Parser(prog="dynosim", description=__doc__)
-    p.add_argument("--version", action=_Version, help="show dynosim's version and exit")
+    p.add_argument("--version", action=VersionAction, help="show dynosim's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     first = next((word for word in argv if not word.startswith("-")), None)
     if first in COMMANDS:

@@ -319,15 +319,17 @@ def test_help_and_version_import_no_configuration_models(entry, argv):
 def test_a_replay_starts_before_what_prints_its_report_is_imported(tmp_path):
     # `dynosim replay`'s start, up to the core's replay: the modules it needs (pydantic's
     # configuration models, numpy for the columns), none of what only prints, saves or checks
-    # reports (rich, the report schema's models, the comparison) or reads YAML. The core's
-    # replay is replaced by a probe that lists what is loaded.
+    # reports (rich, the report schema's models, the comparison), reads YAML or generates
+    # synthetic requests (six pydantic models a trace replay does not use). The core's replay
+    # is replaced by a probe that lists what is loaded.
     script = (
         "import sys\n"
         "import dynosim._core as core\n"
         "def probe(*args, **kwargs):\n"
         "    loaded = [m for m in sys.modules if m.split('.')[0] in ('rich', 'yaml')\n"
         "              or m in ('dynosim.report_schema', 'dynosim.compare.measured',\n"
-        "                       'dynosim.cli.summary', 'secrets')]\n"
+        "                       'dynosim.cli.summary', 'secrets',\n"
+        "                       'dynosim.workload.synthetic')]\n"
         "    print(sorted(loaded), 'numpy' in sys.modules, file=sys.stderr)\n"
         "    raise SystemExit(0)\n"
         "core.replay = probe\n"

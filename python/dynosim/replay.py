@@ -7,7 +7,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynosim import _core
 from dynosim._version import version
@@ -15,8 +15,12 @@ from dynosim.config import AicTiming, SimConfig, load_config
 from dynosim.errors import WorkloadError
 from dynosim.report import Report, config_sha256
 from dynosim.sizing import SizeMemo, resolve_sizes
-from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload, load_trace
+from dynosim.workload import TraceColumns, TraceWorkload, load_trace
+from dynosim.workload.base import is_synthetic
 from dynosim.workload.identity import identity
+
+if TYPE_CHECKING:
+    from dynosim.workload import SyntheticWorkload
 
 #: Runs shorter than this (s) show no progress bar.
 _PROGRESS_AFTER_S = 1.0
@@ -30,7 +34,7 @@ def _columns(
         return workload, identity(workload, workload)
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
-    if not isinstance(workload, TraceWorkload | SyntheticWorkload):
+    if not isinstance(workload, TraceWorkload) and not is_synthetic(workload):
         raise WorkloadError(
             "workload: expected a TraceWorkload, SyntheticWorkload, TraceColumns or a trace "
             f"path, got {type(workload).__name__}"

@@ -253,9 +253,11 @@ def workload_from_args(
 ) -> tuple[TraceWorkload | SyntheticWorkload, str]:
     """The workload the flags describe, and a name for it. Without TRACE or --synthetic: the
     bundled sample when ``sample_when_missing``, else a usage error."""
-    from dynosim.workload import SyntheticWorkload, load_trace, sample_trace_path
+    from dynosim.workload import load_trace, sample_trace_path
 
     if args.synthetic:
+        from dynosim.workload import SyntheticWorkload
+
         if args.trace is not None:
             raise UsageError("give a TRACE or --synthetic, not both")
         if args.format is not None:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from dynosim._validation import StrictModel, WorkloadProblems
 
 #: Tags of the length specs of a synthetic workload (left out of error paths).
@@ -17,4 +20,12 @@ class WorkloadModel(StrictModel):
     _tags = frozenset(LENGTH_TAGS)
 
 
-__all__ = ["LENGTH_TAGS", "WorkloadModel"]
+def is_synthetic(workload: Any) -> bool:
+    """Whether ``workload`` is a ``SyntheticWorkload``, without importing the synthetic models
+    (six pydantic classes a trace replay's start need not build): none exists before their
+    module is imported."""
+    module = sys.modules.get("dynosim.workload.synthetic")
+    return module is not None and isinstance(workload, module.SyntheticWorkload)
+
+
+__all__ = ["LENGTH_TAGS", "WorkloadModel", "is_synthetic"]

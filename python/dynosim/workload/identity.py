@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dynosim.workload.base import is_synthetic
 from dynosim.workload.columns import TraceColumns
-from dynosim.workload.synthetic import SyntheticWorkload
 from dynosim.workload.trace import TraceWorkload
 
 
@@ -17,7 +17,7 @@ def identity(workload: Any, columns: TraceColumns) -> dict[str, str]:
     columns."""
     if isinstance(workload, TraceWorkload) and workload.path is not None:
         return {"name": workload.path.name, "sha256": workload.sha256()}
-    kind = "synthetic" if isinstance(workload, SyntheticWorkload) else "columns"
+    kind = "synthetic" if is_synthetic(workload) else "columns"
     return {"name": kind, "sha256": columns.sha256}
 
 

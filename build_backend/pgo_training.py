@@ -5,7 +5,9 @@ Run as ``python pgo_training.py`` against an instrumented build (its counts are 
 the process exits). The set spans what dynosim is used for, not one benchmark: the bundled
 sample on aggregated and disaggregated clusters (links instant, at line rate and shared max-min),
 each engine flavour, the vLLM engine both with and without async scheduling, a cache small
-enough to preempt, a host-memory offload tier, and synthetic traffic on many workers.
+enough to preempt, a host-memory offload tier, and synthetic traffic on many workers, and on
+enough workers that their caches' share of the identity-index memory is too small for an
+array, so they find blocks through the hashed index (as long traces on large clusters do).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def main() -> None:
         dynosim.replay(sample, config)
     synthetic = dynosim.SyntheticWorkload(isl=200, osl=20, rate=2000.0, count=50_000, seed=1)
     dynosim.replay(synthetic, {"cluster": {"num_workers": 32}})
+    # 20,000 prompts of 2,000 tokens name over 600,000 blocks; 256 caches share 256 MiB of
+    # identity index, 1 MiB each: 524,288 two-byte entries, too few.
+    long = dynosim.SyntheticWorkload(isl=2000, osl=20, rate=200.0, count=20_000, seed=1)
+    dynosim.replay(long, {"cluster": {"num_workers": 256}})
 
 
 if __name__ == "__main__":

@@ -215,15 +215,18 @@ impl Tiers {
             return Ok(None);
         };
         let n = block_sizes.len();
+        let caches = config.block_caches();
         let per_token = config.kv_transfer.bytes_per_token();
-        let mut g2: Vec<KvCache> = (0..n).map(|_| KvCache::new(g2_blocks, ids)).collect();
+        let mut g2: Vec<KvCache> = (0..n)
+            .map(|_| KvCache::new(g2_blocks, ids, caches))
+            .collect();
         for c in &mut g2 {
             c.counts_mut().record_evictions();
         }
         let g3: Vec<KvCache> = match o.g3_blocks {
             None => Vec::new(),
-            Some(b) if o.g3_shared => vec![KvCache::new(b, ids)],
-            Some(b) => (0..n).map(|_| KvCache::new(b, ids)).collect(),
+            Some(b) if o.g3_shared => vec![KvCache::new(b, ids, caches)],
+            Some(b) => (0..n).map(|_| KvCache::new(b, ids, caches)).collect(),
         };
         let (read12, write12) = o.g1_g2_rates();
         let (read23, write23) = o.g2_g3_rates();

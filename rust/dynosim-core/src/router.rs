@@ -98,11 +98,11 @@ mod tests {
 
     #[test]
     fn kv_aware_prefers_cached_prefix_then_light_load() {
-        let mut warm = KvCache::new(16, 16);
+        let mut warm = KvCache::new(16, 16, 1);
         warm.allocate(2);
         warm.register(11).unwrap();
         warm.register(12).unwrap(); // holds the prompt's first two blocks, active
-        let cold = KvCache::new(16, 16);
+        let cold = KvCache::new(16, 16, 1);
         let mut r = Router::new(RouterMode::KvAware, 0, 1.0);
         // 4-block prompt: warm costs 2 to prefill + 2 active = 4; cold 4 + 0 = 4: a tie goes
         // to the lower index.

@@ -370,6 +370,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn block_caches_count_every_ranks_cache_and_tier() {
+        let mut config = SimConfig::from_json(
+            r#"{"cluster": {"mode": "disaggregated", "num_prefill_workers": 2,
+                "num_decode_workers": 3}, "engine": {"data_parallel_size": 2}}"#,
+        )
+        .unwrap();
+        // (2 + 3) workers of 2 ranks.
+        assert_eq!(config.block_caches(), 10);
+        config.offload.g2_blocks = Some(100);
+        assert_eq!(config.block_caches(), 20);
+        config.offload.g3_blocks = Some(1_000);
+        assert_eq!(config.block_caches(), 30);
+        config.offload.g3_shared = true;
+        assert_eq!(config.block_caches(), 21);
+    }
+
+    #[test]
     fn empty_document_gives_defaults() {
         assert_eq!(SimConfig::from_json("{}").unwrap(), SimConfig::default());
     }

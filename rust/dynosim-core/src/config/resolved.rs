@@ -107,6 +107,25 @@ impl SimConfig {
             .sum()
     }
 
+    /// The block caches a replay of this configuration keeps, which share the memory of their
+    /// identity indexes: one per rank (every worker's data-parallel ranks), and with offload
+    /// tiers a G2 per rank and the G3 pools (one per rank, or one for the cluster).
+    pub fn block_caches(&self) -> u32 {
+        let ranks: u32 = self
+            .roles()
+            .iter()
+            .map(|&(role, n)| n * self.role(role).0.data_parallel_size)
+            .sum();
+        let o = &self.offload;
+        let g2 = if o.g2_blocks.is_some() { ranks } else { 0 };
+        let g3 = match o.g3_blocks {
+            None => 0,
+            Some(_) if o.g3_shared => 1,
+            Some(_) => ranks,
+        };
+        ranks + g2 + g3
+    }
+
     /// The view of this configuration the replay runs.
     pub fn resolved(&self) -> Resolved<'_> {
         let roles = self

@@ -78,11 +78,12 @@ pub struct PrefixHit {
 }
 
 impl KvCache {
-    /// A cache of `capacity` blocks for identities below `ids`.
-    pub fn new(capacity: u32, ids: BlockId) -> Self {
+    /// A cache of `capacity` blocks for identities below `ids`, one of `caches` block caches
+    /// in its replay (they share the memory of the identity indexes: see [`SlotIndex::new`]).
+    pub fn new(capacity: u32, ids: BlockId, caches: u32) -> Self {
         KvCache {
             counts: Occupancy::new(capacity),
-            slot_of: SlotIndex::new(capacity, ids),
+            slot_of: SlotIndex::new(capacity, ids, caches),
             // Slots are created as blocks are first used: reserving a huge cache's whole
             // capacity up front would take memory its replay may never touch.
             slots: Vec::with_capacity(capacity.min(RESERVED_SLOTS) as usize),
@@ -572,7 +573,7 @@ mod tests {
 
     #[test]
     fn released_blocks_stay_cached_until_evicted() {
-        let mut c = KvCache::new(4, 64);
+        let mut c = KvCache::new(4, 64, 1);
         let a = fill(&mut c, &[1, 2, 3]);
         assert_eq!((c.counts().active(), c.counts().available()), (3, 1));
         c.release(&a, 0);
@@ -599,7 +600,7 @@ mod tests {
 
     #[test]
     fn shared_blocks_are_counted_once() {
-        let mut c = KvCache::new(8, 64);
+        let mut c = KvCache::new(8, 64, 1);
         let a = fill(&mut c, &[1, 2]);
         let hit = c.lookup(&[1, 2, 5]);
         assert_eq!(
@@ -619,7 +620,7 @@ mod tests {
 
     #[test]
     fn reusing_an_inactive_block_costs_capacity_again() {
-        let mut c = KvCache::new(2, 64);
+        let mut c = KvCache::new(2, 64, 1);
         let a = fill(&mut c, &[1, 2]);
         c.release(&a, 0);
         assert_eq!(c.counts().available(), 2);
@@ -629,7 +630,7 @@ mod tests {
 
     #[test]
     fn duplicate_content_stays_private() {
-        let mut c = KvCache::new(4, 64);
+        let mut c = KvCache::new(4, 64, 1);
         fill(&mut c, &[1]);
         c.allocate(1);
         assert_eq!(c.register(1), None);
@@ -640,7 +641,7 @@ mod tests {
 
     #[test]
     fn recorded_evictions_come_out_oldest_first() {
-        let mut c = KvCache::new(2, 64);
+        let mut c = KvCache::new(2, 64, 1);
         c.counts_mut().record_evictions();
         assert_eq!(c.insert_or_touch_all(&[1, 2]), 2);
         assert_eq!(c.insert_or_touch_all(&[1]), 0); // 1 becomes the most recent
@@ -651,7 +652,7 @@ mod tests {
         assert!(!c.counts().has_evicted());
         assert_eq!((c.counts().inactive(), c.counts().active()), (2, 0));
         // Without recording nothing is kept.
-        let mut d = KvCache::new(1, 64);
+        let mut d = KvCache::new(1, 64, 1);
         d.insert_or_touch_all(&[1, 2]);
         assert!(!d.counts().has_evicted());
     }
@@ -659,7 +660,7 @@ mod tests {
     #[test]
     fn caches_past_65535_blocks_index_wide() {
         let ids: Vec<BlockId> = (0..70_000).collect();
-        let mut c = KvCache::new(70_000, 80_000);
+        let mut c = KvCache::new(70_000, 80_000, 1);
         assert!(matches!(c.slot_of, SlotIndex::Wide(_)));
         let slots = fill(&mut c, &ids);
         assert_eq!(slots[69_999], 69_999);
@@ -668,7 +669,7 @@ mod tests {
         assert_eq!(c.lookup(&ids).blocks, 69_998);
         assert_eq!(c.lookup(&[69_998]).blocks, 0);
         assert!(matches!(
-            KvCache::new(65_534, 8).slot_of,
+            KvCache::new(65_534, 8, 1).slot_of,
             SlotIndex::Narrow(_)
         ));
     }
@@ -678,7 +679,7 @@ mod tests {
         // 16 blocks over 2^25 identities: past the 16 MiB dense budget, so hashed. The same
         // fills, releases and evictions find the same blocks as a dense cache.
         let far: BlockId = 1 << 25;
-        let (mut hashed, mut dense) = (KvCache::new(16, far), KvCache::new(16, 64));
+        let (mut hashed, mut dense) = (KvCache::new(16, far, 1), KvCache::new(16, 64, 1));
         assert!(matches!(hashed.slot_of, SlotIndex::Hashed(_)));
         assert!(matches!(dense.slot_of, SlotIndex::Narrow(_)));
         let all: Vec<BlockId> = (0..60).collect();
@@ -704,7 +705,7 @@ mod tests {
 
     #[test]
     fn lru_order_follows_release_order() {
-        let mut c = KvCache::new(3, 64);
+        let mut c = KvCache::new(3, 64, 1);
         let a = fill(&mut c, &[10]);
         let b = fill(&mut c, &[20]);
         let d = fill(&mut c, &[30]);
@@ -984,7 +985,7 @@ mod tests {
             prompts in request_prompts(),
             ops in prop::collection::vec(op(), 1..100),
         ) {
-            let mut cache = KvCache::new(capacity, IDS);
+            let mut cache = KvCache::new(capacity, IDS, 1);
             let mut model = Model::new(capacity, record);
             if record {
                 cache.counts_mut().record_evictions();
@@ -1111,8 +1112,8 @@ mod tests {
                 1..12,
             ),
         ) {
-            let mut one = KvCache::new(capacity, IDS);
-            let mut all = KvCache::new(capacity, IDS);
+            let mut one = KvCache::new(capacity, IDS, 1);
+            let mut all = KvCache::new(capacity, IDS, 1);
             let mut held: Vec<(Vec<u32>, u32)> = Vec::new();
             for (ids, release_first) in requests {
                 if release_first {
@@ -1149,7 +1150,7 @@ mod tests {
                 1..20,
             ),
         ) {
-            let mut cache = KvCache::new(capacity, IDS);
+            let mut cache = KvCache::new(capacity, IDS, 1);
             let mut model = Model::new(capacity, true);
             cache.counts_mut().record_evictions();
             let mut pending = Vec::new();

@@ -563,7 +563,7 @@ mod tests {
             prompts in prompts(),
             ops in prop::collection::vec(op(), 1..120),
         ) {
-            let mut slot = KvCache::new(capacity, IDS);
+            let mut slot = KvCache::new(capacity, IDS, 1);
             // 64 run numbers: the short runs of the test number their runs again often.
             let mut id = IdentityCache::with_run_numbers(capacity, IDS, 64);
             slot.counts_mut().record_evictions();

@@ -33,20 +33,21 @@ macro_rules! on_form {
 // twice over (once a form), would make its per-token paths too large to inline themselves.
 impl RankCache {
     /// Whether a cache of `capacity` blocks over `ids` identities, whose holders take one
-    /// block at most `holders` times, is kept by identity: its arrays within the dense budget
-    /// of the slot index, its counts within their 2 bytes.
-    pub fn by_identity(capacity: u32, ids: u64, holders: u32) -> bool {
+    /// block at most `holders` times, one of `caches` block caches in its replay, is kept by
+    /// identity: its arrays within its share of the dense budget of the slot index, its counts
+    /// within their 2 bytes.
+    pub fn by_identity(capacity: u32, ids: u64, holders: u32, caches: u32) -> bool {
         IdentityCache::holds(capacity, holders)
-            && IdentityCache::bytes(capacity, ids) <= dense_budget(capacity)
+            && IdentityCache::bytes(capacity, ids) <= dense_budget(capacity, caches)
     }
 
     /// A cache of `capacity` blocks for identities below `ids`, whose holders take one block
-    /// at most `holders` times.
-    pub fn new(capacity: u32, ids: BlockId, holders: u32) -> Self {
-        if Self::by_identity(capacity, u64::from(ids), holders) {
+    /// at most `holders` times, one of `caches` block caches in its replay.
+    pub fn new(capacity: u32, ids: BlockId, holders: u32, caches: u32) -> Self {
+        if Self::by_identity(capacity, u64::from(ids), holders, caches) {
             RankCache::ByIdentity(IdentityCache::new(capacity, ids))
         } else {
-            RankCache::BySlot(KvCache::new(capacity, ids))
+            RankCache::BySlot(KvCache::new(capacity, ids, caches))
         }
     }
 

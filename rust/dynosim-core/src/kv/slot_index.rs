@@ -4,18 +4,24 @@
 //! slot in one read; but a cache holds at most its capacity of identities while a workload
 //! names millions, and such an array costs every rank memory for every block of the workload
 //! (32 ranks replaying 5 million requests: gigabytes). So the array is used while it is small
-//! next to the cache ([`DENSE_BYTES_PER_BLOCK`] per cache block, or [`DENSE_BYTES_MIN`]),
-//! and past that an open-addressing hash table (linear probing, backward-shift deletion) whose
-//! size follows the identities held, at about a third of the array's speed on lookups. Neither
-//! is iterated, so the choice cannot reach a result.
+//! next to the cache ([`DENSE_BYTES_PER_BLOCK`] per cache block, or [`DENSE_BYTES_MIN`]) and
+//! the replay's caches' arrays together stay within [`DENSE_BYTES_ALL`]; past that an
+//! open-addressing hash table (linear probing, backward-shift deletion) whose size follows the
+//! identities held, at about a third of the array's speed on lookups. Neither is iterated, so
+//! the choice cannot reach a result.
 
 use crate::block_ids::BlockId;
 use crate::prefetch;
 
 /// Bytes of dense index allowed per block of cache capacity.
 pub const DENSE_BYTES_PER_BLOCK: u64 = 512;
-/// Bytes of dense index always allowed (16 MiB).
+/// Bytes of dense index always allowed (16 MiB), within [`DENSE_BYTES_ALL`].
 pub const DENSE_BYTES_MIN: u64 = 16 << 20;
+/// Bytes the dense arrays of all of one replay's block caches may take together (256 MiB):
+/// each is a share of it. A replay touches nearly every page of its arrays, so they cost
+/// page faults and memory in proportion to ranks times the workload's identities: 512 ranks
+/// over a million requests took 9 GB and most of their time faulting pages in.
+pub const DENSE_BYTES_ALL: u64 = 256 << 20;
 
 /// Marks a free entry of the hash table (identities are below `BlockId::MAX`).
 const EMPTY: BlockId = BlockId::MAX;
@@ -36,22 +42,24 @@ pub enum SlotIndex {
 /// full, doubling as it grows.
 pub const HASHED_BYTES_PER_HELD: u64 = 32;
 
-/// Which index a cache of `capacity` blocks over `ids` identities takes: the bytes of one
-/// entry of a dense array, or `None` for the hash table.
-fn dense_entry_bytes(capacity: u32, ids: u64) -> Option<u64> {
+/// Which index a cache of `capacity` blocks over `ids` identities, one of `caches` in its
+/// replay, takes: the bytes of one entry of a dense array, or `None` for the hash table.
+fn dense_entry_bytes(capacity: u32, ids: u64, caches: u32) -> Option<u64> {
     let entry_bytes = if capacity < u32::from(u16::MAX) { 2 } else { 4 };
-    (ids * entry_bytes <= dense_budget(capacity)).then_some(entry_bytes)
+    (ids * entry_bytes <= dense_budget(capacity, caches)).then_some(entry_bytes)
 }
 
-/// Bytes an array indexed by identity may take for a cache of `capacity` blocks.
-pub fn dense_budget(capacity: u32) -> u64 {
-    DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity))
+/// Bytes an array indexed by identity may take for a cache of `capacity` blocks, one of
+/// `caches` block caches in its replay (its share of [`DENSE_BYTES_ALL`]).
+pub fn dense_budget(capacity: u32, caches: u32) -> u64 {
+    let own = DENSE_BYTES_MIN.max(DENSE_BYTES_PER_BLOCK * u64::from(capacity));
+    own.min(DENSE_BYTES_ALL / u64::from(caches.max(1)))
 }
 
-/// The most bytes the index of a cache of `capacity` blocks over `ids` identities takes, of
-/// which at most `held` are in the cache at once.
-pub fn index_bytes(capacity: u32, ids: u64, held: u64) -> u64 {
-    match dense_entry_bytes(capacity, ids) {
+/// The most bytes the index of a cache of `capacity` blocks over `ids` identities, one of
+/// `caches` in its replay, takes, of which at most `held` are in the cache at once.
+pub fn index_bytes(capacity: u32, ids: u64, held: u64, caches: u32) -> u64 {
+    match dense_entry_bytes(capacity, ids, caches) {
         Some(entry) => ids * entry,
         None => held * HASHED_BYTES_PER_HELD,
     }
@@ -150,9 +158,10 @@ impl SlotIndex {
         }
     }
 
-    /// The index of a cache of `capacity` blocks over identities below `ids`.
-    pub fn new(capacity: u32, ids: BlockId) -> Self {
-        match dense_entry_bytes(capacity, u64::from(ids)) {
+    /// The index of a cache of `capacity` blocks over identities below `ids`, one of `caches`
+    /// block caches in its replay.
+    pub fn new(capacity: u32, ids: BlockId, caches: u32) -> Self {
+        match dense_entry_bytes(capacity, u64::from(ids), caches) {
             None => SlotIndex::Hashed(HashedSlots::default()),
             Some(2) => SlotIndex::Narrow(vec![0; ids as usize]),
             Some(_) => SlotIndex::Wide(vec![0; ids as usize]),
@@ -373,21 +382,46 @@ mod tests {
     fn the_dense_index_is_used_while_it_is_small_next_to_the_cache() {
         // 16,384 blocks: 8 MiB of 2-byte entries allowed beside the 16 MiB floor: 8M ids.
         assert!(matches!(
-            SlotIndex::new(16_384, 8 << 20),
+            SlotIndex::new(16_384, 8 << 20, 1),
             SlotIndex::Narrow(_)
         ));
         assert!(matches!(
-            SlotIndex::new(16_384, (8 << 20) + 1),
+            SlotIndex::new(16_384, (8 << 20) + 1, 1),
             SlotIndex::Hashed(_)
         ));
         // 70,000 blocks: 4-byte entries, 35.84 MB allowed: 8.96M ids.
         assert!(matches!(
-            SlotIndex::new(70_000, 8_960_000),
+            SlotIndex::new(70_000, 8_960_000, 1),
             SlotIndex::Wide(_)
         ));
         assert!(matches!(
-            SlotIndex::new(70_000, 8_960_001),
+            SlotIndex::new(70_000, 8_960_001, 1),
             SlotIndex::Hashed(_)
+        ));
+    }
+
+    #[test]
+    fn the_caches_of_a_replay_share_the_dense_budget() {
+        // 256 MiB shared: up to 16 caches keep their own 16 MiB; 32 take 8 MiB each (4M ids of
+        // 2 bytes), 512 take 512 KiB (256Ki ids).
+        assert_eq!(dense_budget(16_384, 16), 16 << 20);
+        assert_eq!(dense_budget(16_384, 32), 8 << 20);
+        assert_eq!(dense_budget(16_384, 512), 512 << 10);
+        // A large cache's own budget is capped the same way: 70,000 blocks allow 35.84 MB
+        // alone, 32 MiB as one of 8.
+        assert_eq!(dense_budget(70_000, 1), 35_840_000);
+        assert_eq!(dense_budget(70_000, 8), 32 << 20);
+        assert!(matches!(
+            SlotIndex::new(16_384, 4 << 20, 32),
+            SlotIndex::Narrow(_)
+        ));
+        assert!(matches!(
+            SlotIndex::new(16_384, (4 << 20) + 1, 32),
+            SlotIndex::Hashed(_)
+        ));
+        assert!(matches!(
+            SlotIndex::new(16_384, (4 << 20) + 1, 16),
+            SlotIndex::Narrow(_)
         ));
     }
 

@@ -148,6 +148,7 @@ impl Cluster {
             }
         }
         let ids_end = tables.last().map_or(0, |t| t.end());
+        let caches = config.block_caches();
         // The SGLang flavour's radix cache compares prompts by their trace prefix chains.
         let chains = pools
             .iter()
@@ -180,6 +181,7 @@ impl Cluster {
                         timer,
                         table.clone(),
                         chains.as_ref(),
+                        caches,
                     )?);
                 }
             }

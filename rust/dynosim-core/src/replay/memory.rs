@@ -23,6 +23,7 @@ pub const IDENTITY_BYTES: u64 = 24;
 pub fn replay_bytes(config: &SimConfig, requests: u64, tokens: u64) -> u64 {
     let mut total = REQUEST_BYTES * requests;
     let tiers = &config.offload;
+    let caches = config.block_caches();
     for (role, workers) in config.roles() {
         let engine = config.role(role).0.with_defaults();
         let block = u64::from(engine.block_size());
@@ -32,10 +33,12 @@ pub fn replay_bytes(config: &SimConfig, requests: u64, tokens: u64) -> u64 {
         // The offload tiers' caches are by slot; a rank's own takes the form that fits.
         let cache = |capacity: u32| {
             let held = ids.min(u64::from(capacity));
-            CACHE_RESERVED_BYTES + held * CACHE_BLOCK_BYTES + index_bytes(capacity, ids, held)
+            CACHE_RESERVED_BYTES
+                + held * CACHE_BLOCK_BYTES
+                + index_bytes(capacity, ids, held, caches)
         };
         let gpu = engine.num_gpu_blocks;
-        let rank_cache = if RankCache::by_identity(gpu, ids, engine.max_num_seqs) {
+        let rank_cache = if RankCache::by_identity(gpu, ids, engine.max_num_seqs, caches) {
             IdentityCache::bytes(gpu, ids)
         } else {
             cache(gpu)
@@ -80,6 +83,23 @@ mod tests {
         assert_eq!(
             replay_bytes(&config, 10_000_000, 10_000_000_000),
             512 * 10_000_000 + 24 * ids + 4 * by_slot
+        );
+        // 32 workers share 256 MiB of dense index, 8 MiB each: a million requests of 220
+        // tokens name 220,000,000 / 64 + 2,000,000 = 5,437,500 identities, whose 2-byte index
+        // (10.875 MB) fits a worker alone but not its share, so each rank's index is hashed.
+        let ids: u64 = 220_000_000 / 64 + 2_000_000;
+        let alone = (1 << 20) + 16_384 * 32 + ids * 2;
+        let shared = (1 << 20) + 16_384 * 32 + 16_384 * 32;
+        let mut wide = config.clone();
+        wide.cluster.num_workers = 1;
+        assert_eq!(
+            replay_bytes(&wide, 1_000_000, 220_000_000),
+            512 * 1_000_000 + 24 * ids + alone
+        );
+        wide.cluster.num_workers = 32;
+        assert_eq!(
+            replay_bytes(&wide, 1_000_000, 220_000_000),
+            512 * 1_000_000 + 24 * ids + 32 * shared
         );
         let mut tiers = config.clone();
         tiers.offload.g2_blocks = Some(100);

@@ -329,20 +329,22 @@ pub enum Scheduler {
 impl Scheduler {
     /// The engine `config.backend` names, for `role`, timed by `timer`, whose requests' prompt
     /// blocks are named by `ids` (at the engine's block size) and, for the SGLang flavour's
-    /// radix cache, their trace blocks by `chains`.
+    /// radix cache, their trace blocks by `chains`; a block cache is one of `caches` in its
+    /// replay ([`SimConfig::block_caches`](crate::SimConfig::block_caches)).
     pub fn new(
         role: Role,
         config: &EngineConfig,
         timer: StepTimer,
         ids: Arc<BlockIds>,
         chains: Option<&Arc<TraceChains>>,
+        caches: u32,
     ) -> Result<Self> {
         match (config.backend, chains) {
             (Backend::Vllm, _) => Ok(Scheduler::Vllm(VllmScheduler::new(
-                role, config, timer, ids,
+                role, config, timer, ids, caches,
             ))),
             (Backend::Trtllm, _) => Ok(Scheduler::Trtllm(VllmScheduler::new(
-                role, config, timer, ids,
+                role, config, timer, ids, caches,
             ))),
             (Backend::Sglang, Some(chains)) => Ok(Scheduler::Sglang(SglangScheduler::new(
                 role,

@@ -210,8 +210,15 @@ pub struct VllmScheduler {
 }
 
 impl VllmScheduler {
-    /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`).
-    pub fn new(role: Role, config: &EngineConfig, timer: StepTimer, ids: Arc<BlockIds>) -> Self {
+    /// An engine whose requests' prompt blocks are named by `ids` (at `config.block_size`),
+    /// its cache one of `caches` block caches in its replay.
+    pub fn new(
+        role: Role,
+        config: &EngineConfig,
+        timer: StepTimer,
+        ids: Arc<BlockIds>,
+        caches: u32,
+    ) -> Self {
         let block_size = config.block_size();
         let (num_gpu_blocks, max_num_seqs) = (config.num_gpu_blocks, config.max_num_seqs);
         let config = match config.backend {
@@ -247,7 +254,12 @@ impl VllmScheduler {
             role,
             // A block is held at most once by each request that holds blocks (a prompt's
             // identities are distinct), and at most max_num_seqs of them do at once.
-            cache: RankCache::new(config.num_gpu_blocks, ids.end(), config.max_num_seqs),
+            cache: RankCache::new(
+                config.num_gpu_blocks,
+                ids.end(),
+                config.max_num_seqs,
+                caches,
+            ),
             ids,
             config,
             pricing: Pricing::new(timer),
@@ -1110,7 +1122,7 @@ mod tests {
         .unwrap();
         let ids = Arc::new(BlockIds::new(&workload, 4, 0).unwrap());
         let timer = StepTimer::new(config.timing.clone(), 64);
-        let mut rank = VllmScheduler::new(Role::Aggregated, &config.engine, timer, ids);
+        let mut rank = VllmScheduler::new(Role::Aggregated, &config.engine, timer, ids, 1);
         let mut records = Records::new(vec![0.0; 2], &input, &output);
         rank.enqueue(&workload, 0, 0.0);
         rank.enqueue(&workload, 1, 0.0);

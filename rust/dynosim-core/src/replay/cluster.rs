@@ -627,6 +627,11 @@ impl Cluster {
             .into_iter()
             .flatten()
             .fold(f64::INFINITY, f64::min);
+        // In an aggregated replay whose request ends send nothing, no other worker's pass end
+        // matters: the scan would cost every chain the cluster's size for nothing.
+        if !self.disaggregated() && !self.ends_send {
+            return Ok(horizon);
+        }
         for (k, worker) in self.workers.iter().enumerate() {
             let matters = k < self.num_prefill
                 || self.ends_send

@@ -15,7 +15,8 @@ use crate::prefetch;
 
 /// Bytes of dense index allowed per block of cache capacity.
 pub const DENSE_BYTES_PER_BLOCK: u64 = 512;
-/// Bytes of dense index always allowed (16 MiB), within [`DENSE_BYTES_ALL`].
+/// Bytes of dense index a cache is allowed at least (16 MiB), until its share of
+/// [`DENSE_BYTES_ALL`] is smaller.
 pub const DENSE_BYTES_MIN: u64 = 16 << 20;
 /// Bytes the dense arrays of all of one replay's block caches may take together (256 MiB):
 /// each is a share of it. A replay touches nearly every page of its arrays, so they cost

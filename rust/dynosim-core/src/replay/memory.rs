@@ -101,6 +101,21 @@ mod tests {
             replay_bytes(&wide, 1_000_000, 220_000_000),
             512 * 1_000_000 + 24 * ids + 32 * shared
         );
+        // The cache by identity shares the same budget: 100,000 requests of 1,152 tokens name
+        // 115,200,000 / 64 + 200,000 = 2,000,000 identities, 4 bytes each and 160 a block of
+        // capacity (10,621,440 bytes): within a worker's own 16 MiB, not within 8 MiB as one of
+        // 32, where the rank's cache goes by slot with a 2-byte dense index (4,000,000 bytes).
+        wide.cluster.num_workers = 1;
+        assert_eq!(
+            replay_bytes(&wide, 100_000, 115_200_000),
+            512 * 100_000 + 24 * 2_000_000 + 10_621_440
+        );
+        wide.cluster.num_workers = 32;
+        let by_slot = (1 << 20) + 16_384 * 32 + 4_000_000;
+        assert_eq!(
+            replay_bytes(&wide, 100_000, 115_200_000),
+            512 * 100_000 + 24 * 2_000_000 + 32 * by_slot
+        );
         let mut tiers = config.clone();
         tiers.offload.g2_blocks = Some(100);
         // G2 holds at most its 100 blocks; its index is dense all the same.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gc
 import hashlib
 import json
 import math
+import random
 import re
 import warnings
 from datetime import datetime
@@ -129,24 +131,70 @@ def test_mooncake_conversation_matches_independent_parse(real_trace):
 @pytest.mark.parametrize(
     "name", ["mooncake_conversation.jsonl", "mooncake_synthetic.jsonl", "azure_2023_conv.csv"]
 )
-def test_rows_in_arrival_order_are_taken_as_the_general_reordering_takes_them(
-    real_trace, name, monkeypatch
-):
-    # A file already in arrival order skips the reordering (IN_ORDER); taking every row by
-    # index, as an unsorted file is, must give the same arrays.
+def test_a_shuffled_file_is_sorted_back_to_the_file_in_arrival_order(real_trace, name, tmp_path):
+    # The file in arrival order skips the reordering; the same rows with their timestamp groups
+    # shuffled (rows of one timestamp keep their order, so a stable sort restores the file)
+    # take it, and must give the same arrays and the same report.
     path = real_trace(name)
-    fast = load_trace(path).columns()
-    for module in (dynosim.workload.mooncake, dynosim.workload.azure):
-        monkeypatch.setattr(
-            module, "arrival_order", lambda path, times, lines: np.arange(len(times))
-        )
-    general = load_trace(path).columns()
+    lines = path.read_text().splitlines()
+    header, rows = (lines[:1], lines[1:]) if name.endswith(".csv") else ([], lines)
+
+    def stamp(line: str) -> str:
+        return line.split(",")[0] if header else str(json.loads(line)["timestamp"])
+
+    groups: dict[str, list[str]] = {}
+    for line in rows:
+        groups.setdefault(stamp(line), []).append(line)
+    order = list(groups)
+    random.Random(7).shuffle(order)
+    shuffled = tmp_path / path.name
+    shuffled.write_text("\n".join(header + [line for key in order for line in groups[key]]))
+    in_order = load_trace(path)
+    with pytest.warns(UserWarning, match="rows arrive earlier than a row above them"):
+        sorted_back = load_trace(shuffled)
     for field in dataclasses.fields(TraceColumns):
-        a, b = getattr(fast, field.name), getattr(general, field.name)
+        a = getattr(in_order.columns(), field.name)
+        b = getattr(sorted_back.columns(), field.name)
         if isinstance(a, np.ndarray):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), field.name
         else:
             assert a == b, field.name
+    config = {"cluster": {"num_workers": 2}}
+    assert dynosim.replay(in_order, config).summary == dynosim.replay(sorted_back, config).summary
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-(2**62), 2**62) | st.sampled_from([0, 1, 2]), max_size=40))
+def test_the_cores_arrival_order_is_numpys_stable_sort(times):
+    # The core's order against numpy's stable argsort, and its late rows against the running
+    # maximum of the rows above (the slow reference).
+    stamps = np.array(times, dtype=np.int64)
+    got = dynosim._core.arrival_order(stamps)
+    late = np.zeros(len(stamps), dtype=bool)
+    late[1:] = stamps[1:] < np.maximum.accumulate(stamps)[:-1]
+    if not late.any():
+        assert got is None
+        return
+    order, count, first = got
+    assert order.tolist() == np.argsort(stamps, kind="stable").tolist()
+    assert (count, first) == (int(late.sum()), int(np.argmax(late)))
+
+
+def test_a_mooncake_files_columns_are_read_only_views_of_the_requests_the_core_holds(tmp_path):
+    path = write_rows(tmp_path / "t.jsonl", [row(timestamp=5), row(timestamp=9)])
+    workload = load_trace(path)
+    requests = workload.requests()
+    assert len(requests) == 2 and requests.trace_block_size == 512
+    cols = workload.columns()
+    base = cols.arrival_ms.base
+    assert base is not None and not base.flags.writeable
+    with pytest.raises(ValueError):
+        base.flags.writeable = True  # the core's memory cannot be made writable
+    # The views keep the core's requests alive after everything else is gone.
+    arrivals = cols.arrival_ms
+    del workload, requests, cols, base
+    gc.collect()
+    assert arrivals.tolist() == [0.0, 4.0]
 
 
 @pytest.mark.parametrize("name", ["azure_2023_conv.csv", "azure_2023_code.csv"])

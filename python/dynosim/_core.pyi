@@ -40,7 +40,8 @@ def reject_reason_names() -> list[str]:
 
 def replay(columns: Any, config_json: str, control: Control | None = None) -> dict[str, Any]:
     """Replay request columns (a ``TraceColumns``, or any object with its attributes: times in
-    ms, lengths in tokens) without the GIL.
+    ms, lengths in tokens; or a ``PreparedWorkload``, replayed as ``replay_prepared`` does)
+    without the GIL.
 
     ``session`` (-1: none) and ``delay_ms`` (NaN: the timestamp gap) make rows turns of
     sessions: turn n+1 is sent when turn n ends plus its delay.
@@ -57,18 +58,27 @@ def replay(columns: Any, config_json: str, control: Control | None = None) -> di
     (the replay stops within milliseconds).
     """
 
-def parse_mooncake(data: bytes, path: str, trace_block_size: int) -> dict[str, Any]:
-    """Parse and check a Mooncake JSONL trace's bytes (``path`` only names it in messages).
+def read_mooncake(
+    data: bytes, path: str, trace_block_size: int
+) -> tuple[PreparedWorkload, tuple[int, int, int] | None]:
+    """Read a Mooncake JSONL trace's bytes (``path`` only names it in messages) into the
+    requests a replay reads, held by the core: rows in arrival order (a stable sort by
+    timestamp), arrivals shifted so the first is at 0 ms, sessions numbered 0, 1, ... in order
+    of first arrival, checked by the workload's rules. ``trace_block_size`` is prompt tokens
+    per hash id.
 
-    ``trace_block_size`` is prompt tokens per hash id. Rows come in file order, not sorted
-    and not shifted: ``timestamp_ms`` (float64, ms as given), ``input_length`` and
-    ``output_length`` (uint32, tokens), ``hash_offsets`` (uint64, rows + 1) and ``hash_ids``
-    (uint64) in CSR layout, ``line`` (uint64, the row's line in the file from 1),
-    ``session`` (int64, index into ``session_keys`` numbered in order of first appearance in
-    the file, -1: none), ``delay_ms`` (float64, ms, NaN: none) and ``session_keys`` (list of
-    the int or str ``session_id`` of each session). A bad file raises WorkloadError naming
-    file, line, field and value.
+    Also returns the rows the file had out of arrival order: ``(how many, rows in the file,
+    file line of the first)``, or None. A bad file raises WorkloadError naming file, line,
+    field and value; when it refuses a request of a file that was out of order, the error's
+    ``late`` holds the same tuple (the refusal may be about the order the sort made).
     """
+
+def arrival_order(
+    times: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint32], int, int] | None:
+    """The indices putting rows of timestamps ``times`` (file order) in arrival order (a
+    stable sort), how many rows arrive earlier than a row above them, and the index of the
+    first of those; None when the rows already are in order."""
 
 def max_min_rates(
     flows: list[list[int]], capacities: list[float], caps: list[float] | None = None
@@ -117,9 +127,18 @@ class PreparedWorkload:
     by every replay of them, from any thread."""
 
     def __init__(self, columns: Any) -> None: ...
+    def __len__(self) -> int:
+        """Number of requests."""
     @property
     def tables_held(self) -> int:
         """Block identity tables held (one per block size replayed so far)."""
+    @property
+    def trace_block_size(self) -> int:
+        """Prompt tokens per trace hash id."""
+    def columns(self) -> dict[str, npt.NDArray[Any] | None]:
+        """The columns as read-only numpy arrays over the core's memory (no copy; each keeps
+        this object alive), named as ``TraceColumns``' fields; ``session`` and ``delay_ms``
+        are None without sessions."""
 
 def replay_prepared(
     prepared: PreparedWorkload, config_json: str, control: Control | None = None

@@ -1,8 +1,10 @@
 """Public names a package imports on first use (module ``__getattr__``, PEP 562), so that a
-start (``dynosim --help``, say) imports only the modules it uses."""
+start (``dynosim --help``, say) imports only the modules it uses; and type checks that need no
+import."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
@@ -26,3 +28,10 @@ def lazy_names(
         return sorted({*namespace, *names})
 
     return load, listing
+
+
+def is_loaded_instance(value: Any, module_name: str, class_name: str) -> bool:
+    """``isinstance(value, module.class)`` without importing the module: no instance of its
+    class exists before it is imported."""
+    module = sys.modules.get(module_name)
+    return module is not None and isinstance(value, getattr(module, class_name))

@@ -13,24 +13,25 @@ from dynosim import _core
 from dynosim._version import version
 from dynosim.config import AicTiming, SimConfig, load_config
 from dynosim.errors import WorkloadError
-from dynosim.report import Report, config_sha256
 from dynosim.sizing import SizeMemo, resolve_sizes
-from dynosim.workload import TraceColumns, TraceWorkload, load_trace
-from dynosim.workload.base import is_synthetic
+from dynosim.workload.base import is_columns, is_synthetic
 from dynosim.workload.identity import identity
+from dynosim.workload.trace import TraceWorkload, load_trace
 
 if TYPE_CHECKING:
-    from dynosim.workload import SyntheticWorkload
+    from dynosim.report import Report
+    from dynosim.workload import SyntheticWorkload, TraceColumns
 
 #: Runs shorter than this (s) show no progress bar.
 _PROGRESS_AFTER_S = 1.0
 
 
-def _columns(
+def _requests(
     workload: TraceWorkload | SyntheticWorkload | TraceColumns | str | Path,
-) -> tuple[TraceColumns, dict[str, str]]:
-    """The requests of ``workload`` and what names them (a trace's file name and hash)."""
-    if isinstance(workload, TraceColumns):
+) -> tuple[Any, dict[str, str]]:
+    """The requests of ``workload`` as the core replays them (columns, or the requests the core
+    read from a Mooncake file) and what names them (a trace's file name and hash)."""
+    if is_columns(workload):
         return workload, identity(workload, workload)
     if isinstance(workload, str | Path):
         workload = load_trace(workload)
@@ -39,8 +40,8 @@ def _columns(
             "workload: expected a TraceWorkload, SyntheticWorkload, TraceColumns or a trace "
             f"path, got {type(workload).__name__}"
         )
-    columns = workload.columns()
-    return columns, identity(workload, columns)
+    requests = workload.requests() if isinstance(workload, TraceWorkload) else workload.columns()
+    return requests, identity(workload, requests)
 
 
 @dataclass
@@ -121,9 +122,12 @@ def replay(
     ``provenance["timing"]`` entry naming the tables that priced it.
     """
     cfg = load_config(config)
-    cols, trace = _columns(workload)
+    requests, trace = _requests(workload)
     config_json, derived = core_config(cfg)
-    raw = _replay_raw(cols, config_json, progress)
+    raw = _replay_raw(requests, config_json, progress)
+    # The report's module (numpy) is imported once the replay is done: its start waits on it.
+    from dynosim.report import Report, config_sha256
+
     notes: dict[str, Any] = {
         "dynosim_version": version(),
         "trace": trace,
@@ -145,19 +149,19 @@ def replay(
     return Report(raw, notes)
 
 
-def _replay_raw(cols: TraceColumns, config_json: str, progress: bool) -> dict[str, Any]:
+def _replay_raw(requests: Any, config_json: str, progress: bool) -> dict[str, Any]:
     """The core's replay, in this thread so Ctrl-C stops it (the binding runs the signal
     handlers while it waits); a progress bar, when asked, is drawn by a thread beside it."""
     if not progress:
-        return _core.replay(cols, config_json)
+        return _core.replay(requests, config_json)
     control = _core.Control()
     finished = threading.Event()
     bar = threading.Thread(
-        target=_show_progress, args=(control, len(cols), finished), name="dynosim-progress"
+        target=_show_progress, args=(control, len(requests), finished), name="dynosim-progress"
     )
     bar.start()
     try:
-        return _core.replay(cols, config_json, control=control)
+        return _core.replay(requests, config_json, control=control)
     finally:
         finished.set()
         bar.join()

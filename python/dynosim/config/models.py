@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dynosim import _core
@@ -30,6 +29,7 @@ from dynosim._defaults import (
     TransferSizing,
     flavour_setting,
 )
+from dynosim._lazy import is_loaded_instance
 from dynosim._validation import StrictModel, shown
 from dynosim.errors import ConfigError
 
@@ -241,7 +241,7 @@ class FixedTiming(_Settings):
 
 
 def _as_lists(value: Any) -> Any:
-    return value.tolist() if isinstance(value, np.ndarray) else value
+    return value.tolist() if is_loaded_instance(value, "numpy", "ndarray") else value
 
 
 #: The arrays a timing-table .npz file holds, named like TableTiming's fields.

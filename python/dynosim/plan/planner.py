@@ -79,8 +79,8 @@ from dynosim.plan.timing import TimingTables
 from dynosim.replay import replay as replay_once
 from dynosim.sizing import resolve_sizes
 from dynosim.workload import TraceColumns, TraceWorkload, load_trace
+from dynosim.workload.columns import csr_take
 from dynosim.workload.prepared import PreparedWorkload
-from dynosim.workload.reading import csr_take
 
 #: Columns that label a plan's rows, before the metrics.
 SETTINGS = (

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from dynosim._lazy import is_loaded_instance
 from dynosim._validation import StrictModel, WorkloadProblems
 
 #: Tags of the length specs of a synthetic workload (left out of error paths).
@@ -22,10 +22,14 @@ class WorkloadModel(StrictModel):
 
 def is_synthetic(workload: Any) -> bool:
     """Whether ``workload`` is a ``SyntheticWorkload``, without importing the synthetic models
-    (six pydantic classes a trace replay's start need not build): none exists before their
-    module is imported."""
-    module = sys.modules.get("dynosim.workload.synthetic")
-    return module is not None and isinstance(workload, module.SyntheticWorkload)
+    (six pydantic classes a trace replay's start need not build)."""
+    return is_loaded_instance(workload, "dynosim.workload.synthetic", "SyntheticWorkload")
 
 
-__all__ = ["LENGTH_TAGS", "WorkloadModel", "is_synthetic"]
+def is_columns(workload: Any) -> bool:
+    """Whether ``workload`` is a ``TraceColumns``, without importing numpy (which a trace
+    replay's start need not import)."""
+    return is_loaded_instance(workload, "dynosim.workload.columns", "TraceColumns")
+
+
+__all__ = ["LENGTH_TAGS", "WorkloadModel", "is_columns", "is_synthetic"]

@@ -184,4 +184,18 @@ def fresh_hash_ids(
     return offsets, np.arange(first_id, first_id + int(offsets[-1]), dtype=np.uint64)
 
 
-__all__ = ["TraceColumns", "check_size", "fresh_hash_ids"]
+def csr_take(
+    offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR rows (row ``i`` owns ``ids[offsets[i]:offsets[i + 1]]``) taken in the order of the
+    indices ``rows``: their new offsets and ids."""
+    starts = offsets.astype(np.int64)
+    counts = np.diff(starts)[rows]
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # Element j of new row r comes from starts[rows[r]] + (j - offsets[r]).
+    take = np.repeat(starts[rows] - offsets[:-1], counts) + np.arange(offsets[-1])
+    return offsets.astype(np.uint64), ids[take]
+
+
+__all__ = ["TraceColumns", "check_size", "csr_take", "fresh_hash_ids"]

@@ -7,18 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from dynosim.workload.base import is_synthetic
-from dynosim.workload.columns import TraceColumns
 from dynosim.workload.trace import TraceWorkload
 
 
-def identity(workload: Any, columns: TraceColumns) -> dict[str, str]:
-    """``{"name", "sha256"}`` of the workload ``columns`` came from: a trace file's name and
+def identity(workload: Any, requests: Any) -> dict[str, str]:
+    """``{"name", "sha256"}`` of the workload ``requests`` came from: a trace file's name and
     the hash of its bytes; otherwise ``"synthetic"`` or ``"columns"`` and the hash of the
-    columns."""
+    columns (``requests``, then a ``TraceColumns``)."""
     if isinstance(workload, TraceWorkload) and workload.path is not None:
         return {"name": workload.path.name, "sha256": workload.sha256()}
     kind = "synthetic" if is_synthetic(workload) else "columns"
-    return {"name": kind, "sha256": columns.sha256}
+    return {"name": kind, "sha256": requests.sha256}
 
 
 __all__ = ["identity"]

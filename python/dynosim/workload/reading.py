@@ -1,5 +1,5 @@
 """What the trace readers share: reading a file, checking a token count, putting rows in arrival
-order, and naming the file line of a row the core's workload rules refuse."""
+order (the core's rule), and naming the file line of a row the core's workload rules refuse."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from dynosim import _core
 from dynosim._files import MAX_LINE_BYTES, read_input
 from dynosim._validation import shown
 from dynosim.errors import WorkloadError, warn
@@ -50,39 +49,30 @@ TOKENS_EXPECTED = "expected between 1 and 2**32 - 1 tokens"
 
 
 #: The order of rows already in arrival order: every row as it is. Indexing with it makes views,
-#: not copies, and :func:`csr_take` hands the arrays back untouched.
+#: not copies.
 IN_ORDER = slice(None)
 
 
-def arrival_order(path: Path, times: np.ndarray, line_numbers: Any) -> np.ndarray | slice:
-    """Indices putting rows in arrival order, or :data:`IN_ORDER` when they already are; warns
-    when the file was not in it."""
-    late = np.zeros(len(times), dtype=bool)
-    late[1:] = times[1:] < np.maximum.accumulate(times)[:-1]
-    if not late.any():
+def arrival_order(path: Path, times: Any, line_numbers: Any) -> Any:
+    """Indices (a numpy array) putting rows of int64 timestamps ``times`` in arrival order, by
+    a stable sort (file order kept among equal timestamps), or :data:`IN_ORDER` when they
+    already are; warns when the file was not in it (``line_numbers``: each row's file line)."""
+    ordered = _core.arrival_order(times)
+    if ordered is None:
         return IN_ORDER
+    order, late, first = ordered
+    warn_late(path, late, len(times), line_numbers[first])
+    return order
+
+
+def warn_late(path: Path, late: int, rows: int, first_line: int) -> None:
+    """Warn that ``late`` of the ``rows`` rows of ``path`` arrive earlier than a row above them
+    (the first at line ``first_line``) and were sorted."""
     warn(
-        f"{path}: {int(late.sum())} of {len(times)} rows arrive earlier than a row above them "
-        f"(first at line {line_numbers[int(np.argmax(late))]}); sorted by timestamp, "
+        f"{path}: {late} of {rows} rows arrive earlier than a row above them "
+        f"(first at line {first_line}); sorted by timestamp, "
         "keeping file order among equal timestamps"
     )
-    return np.argsort(times, kind="stable")
-
-
-def csr_take(
-    offsets: np.ndarray, ids: np.ndarray, order: np.ndarray | slice
-) -> tuple[np.ndarray, np.ndarray]:
-    """Reorder CSR rows (row ``i`` owns ``ids[offsets[i]:offsets[i + 1]]``) to ``order``
-    (indices, or :data:`IN_ORDER`)."""
-    if order is IN_ORDER:
-        return offsets, ids
-    starts = offsets.astype(np.int64)
-    counts = np.diff(starts)[order]
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    # Element j of new row r comes from starts[order[r]] + (j - offsets[r]).
-    take = np.repeat(starts[order] - offsets[:-1], counts) + np.arange(offsets[-1])
-    return offsets.astype(np.uint64), ids[take]
 
 
 @contextmanager
@@ -103,9 +93,9 @@ __all__ = [
     "MAX_LENGTH",
     "TOKENS_EXPECTED",
     "arrival_order",
-    "csr_take",
     "decode_text",
     "naming_lines",
     "read_trace_bytes",
     "token_count",
+    "warn_late",
 ]

@@ -7,17 +7,18 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
 from dynosim._workload_defaults import TRACE_BLOCK_SIZE, TraceFormat
 from dynosim.errors import WorkloadError
-from dynosim.workload.azure import read_azure
 from dynosim.workload.base import WorkloadModel
-from dynosim.workload.columns import TraceColumns
 from dynosim.workload.mooncake import read_mooncake
 from dynosim.workload.reading import read_trace_bytes
+
+if TYPE_CHECKING:
+    from dynosim.workload.columns import TraceColumns
 
 
 class TraceWorkload(WorkloadModel):
@@ -26,7 +27,9 @@ class TraceWorkload(WorkloadModel):
     ``format`` is ``"mooncake"`` (JSONL) or ``"azure"`` (CSV); left unset it follows the
     extension (``.jsonl``/``.json`` or ``.csv``). ``trace_block_size`` is the number of prompt
     tokens per hash id (512 in the public Mooncake traces). The file is read on the first call to
-    :meth:`columns`; use :func:`load_trace` to read and validate it immediately.
+    :meth:`requests` or :meth:`columns`; use :func:`load_trace` to read and validate it
+    immediately. The core reads a Mooncake file and keeps its requests (no numpy until
+    :meth:`columns` is called); an Azure file is read into columns.
     """
 
     kind: Literal["trace"] = "trace"
@@ -34,6 +37,8 @@ class TraceWorkload(WorkloadModel):
     format: TraceFormat | None = None
     trace_block_size: int = Field(TRACE_BLOCK_SIZE, gt=0, strict=True)
     _columns: TraceColumns | None = PrivateAttr(default=None)
+    #: A Mooncake file's requests as the core holds them (a ``_core.PreparedWorkload``).
+    _requests: Any = PrivateAttr(default=None)
     _sha256: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -72,29 +77,52 @@ class TraceWorkload(WorkloadModel):
             "pass format='mooncake' (JSONL) or format='azure' (CSV)"
         )
 
+    def _read(self) -> None:
+        assert self.path is not None  # checked at validation; from_columns sets _columns
+        data = read_trace_bytes(self.path)
+        # The trace's identity in a report: the hash of exactly the bytes replayed, taken
+        # while they are in memory (reading the file again costs more than hashing).
+        self._sha256 = hashlib.sha256(data).hexdigest()
+        if self._trace_format() == "mooncake":
+            self._requests = read_mooncake(self.path, data, self.trace_block_size)
+        else:
+            from dynosim.workload.azure import read_azure
+
+            self._columns = read_azure(self.path, data, self.trace_block_size)
+
+    def requests(self) -> Any:
+        """What the core replays: a Mooncake file's requests as the core holds them, else the
+        columns (see :meth:`columns`); the file is read once."""
+        if self._requests is None and self._columns is None:
+            self._read()
+        return self._columns if self._requests is None else self._requests
+
     def columns(self) -> TraceColumns:
-        """The requests as columns (arrivals in ms, lengths in tokens), read once and cached."""
+        """The requests as columns (arrivals in ms, lengths in tokens), read once and cached; a
+        Mooncake file's are read-only numpy views of the requests the core holds."""
         if self._columns is None:
-            assert self.path is not None  # checked at validation; from_columns sets _columns
-            read = read_mooncake if self._trace_format() == "mooncake" else read_azure
-            data = read_trace_bytes(self.path)
-            # The trace's identity in a report: the hash of exactly the bytes replayed, taken
-            # while they are in memory (reading the file again costs more than hashing).
-            self._sha256 = hashlib.sha256(data).hexdigest()
-            self._columns = read(self.path, data, self.trace_block_size)
+            requests = self.requests()
+            if self._columns is None:
+                from dynosim.workload.columns import TraceColumns
+
+                self._columns = TraceColumns(
+                    **requests.columns(), trace_block_size=requests.trace_block_size
+                )
         return self._columns
 
     def sha256(self) -> str:
         """The sha256 of the trace file's bytes (hex), taken when they are read."""
         if self._sha256 is None:
             assert self.path is not None  # only a workload read from a file has a file hash
-            self.columns()
+            self.requests()
         assert self._sha256 is not None
         return self._sha256
 
     @classmethod
     def from_columns(cls, columns: TraceColumns) -> TraceWorkload:
         """A trace workload over in-memory columns (no file), for tests and programs."""
+        from dynosim.workload.columns import TraceColumns
+
         if not isinstance(columns, TraceColumns):
             raise WorkloadError(f"expected TraceColumns, got {type(columns).__name__}")
         # model_construct skips the validator that insists on a path.
@@ -133,7 +161,7 @@ def load_trace(
     if not isinstance(path, str | os.PathLike):
         raise WorkloadError(f"path: expected a trace file path, got {type(path).__name__}")
     workload = TraceWorkload(path=Path(path), trace_block_size=trace_block_size, format=format)
-    workload.columns()
+    workload.requests()
     return workload
 
 

@@ -3,6 +3,7 @@
 //! Plain Rust with no Python in it: the `dynosim-py` crate binds it as `dynosim._core`, and a
 //! Rust program can call [`replay::replay`] directly.
 
+pub mod arrival;
 pub mod block_ids;
 pub mod config;
 pub mod control;
@@ -28,8 +29,11 @@ pub mod workload;
 pub use config::SimConfig;
 pub use control::Control;
 pub use error::{Result, SimError};
-pub use mooncake::{parse_mooncake, parse_mooncake_watched, MooncakeRows, SessionKey};
+pub use mooncake::{
+    parse_mooncake, parse_mooncake_watched, read_mooncake, MooncakeRequests, MooncakeRows,
+    SessionKey,
+};
 pub use prepared::PreparedWorkload;
 pub use replay::{replay, replay_prepared};
 pub use report::Report;
-pub use workload::Workload;
+pub use workload::{Columns, Workload};

@@ -6,8 +6,8 @@
 //! JSON, cut to 80 characters). A row of the usual plain shape is read byte by byte
 //! ([`plain_row`]); any other is read with serde_json: straight into the fields it needs, its
 //! hash ids onto the id column, and only a line that fails that is read again as a [`Value`] to
-//! say what is wrong. Sorting rows by timestamp and renumbering
-//! sessions in arrival order are left to the caller.
+//! say what is wrong. [`read_mooncake`] then turns the rows into the requests a replay reads
+//! (arrival order, sessions renumbered by first arrival, the workload's checks).
 //!
 //! What counts as JSON is serde_json's:
 //! - `NaN`, `Infinity`, numbers beyond f64 (`1e400`), lone surrogate escapes (`"\ud800"`) and
@@ -29,7 +29,9 @@ use crate::control::Control;
 use crate::error::{Result, SimError};
 
 mod plain_row;
+mod requests;
 use plain_row::plain_row;
+pub use requests::{read_mooncake, LateLines, MooncakeRequests};
 
 /// Hash ids, timestamps and delays are below 2**63 (ids must fit an i64 in the replay).
 const BELOW_2_63: u64 = 1 << 63;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::error::Result;
-use crate::workload::Workload;
+use crate::workload::{Columns, Workload};
 
 /// One table, computed by the first replay that needs it while others wait for it.
 type Table = Arc<OnceLock<Result<Arc<BlockIds>>>>;
@@ -21,14 +21,7 @@ type Table = Arc<OnceLock<Result<Arc<BlockIds>>>>;
 /// Request columns owned for many replays, with their block identity tables.
 #[derive(Debug)]
 pub struct PreparedWorkload {
-    arrival_ms: Vec<f64>,
-    input_length: Vec<u32>,
-    output_length: Vec<u32>,
-    hash_offsets: Vec<u64>,
-    hash_ids: Vec<u64>,
-    trace_block_size: u32,
-    session: Option<Vec<i64>>,
-    delay_ms: Option<Vec<f64>>,
+    columns: Columns,
     /// (block size, first identity) -> table; a handful of entries, searched in order.
     tables: Mutex<Vec<((u32, BlockId), Table)>>,
     chains: OnceLock<Arc<TraceChains>>,
@@ -38,32 +31,26 @@ impl PreparedWorkload {
     /// Check `workload` and copy its columns.
     pub fn new(workload: &Workload) -> Result<Self> {
         workload.validate()?;
-        Ok(PreparedWorkload {
-            arrival_ms: workload.arrival_ms.to_vec(),
-            input_length: workload.input_length.to_vec(),
-            output_length: workload.output_length.to_vec(),
-            hash_offsets: workload.hash_offsets.to_vec(),
-            hash_ids: workload.hash_ids.to_vec(),
-            trace_block_size: workload.trace_block_size,
-            session: workload.session.map(<[i64]>::to_vec),
-            delay_ms: workload.delay_ms.map(<[f64]>::to_vec),
+        Ok(Self::checked(Columns::copied(workload)))
+    }
+
+    /// Check `columns` and keep them (no copy).
+    pub fn from_columns(columns: Columns) -> Result<Self> {
+        columns.workload().validate()?;
+        Ok(Self::checked(columns))
+    }
+
+    fn checked(columns: Columns) -> Self {
+        PreparedWorkload {
+            columns,
             tables: Mutex::new(Vec::new()),
             chains: OnceLock::new(),
-        })
+        }
     }
 
     /// The columns, borrowed.
     pub fn workload(&self) -> Workload<'_> {
-        Workload {
-            arrival_ms: &self.arrival_ms,
-            input_length: &self.input_length,
-            output_length: &self.output_length,
-            hash_offsets: &self.hash_offsets,
-            hash_ids: &self.hash_ids,
-            trace_block_size: self.trace_block_size,
-            session: self.session.as_deref(),
-            delay_ms: self.delay_ms.as_deref(),
-        }
+        self.columns.workload()
     }
 
     /// `BlockIds::new(workload, block_size, first_id)`, computed on the first call.

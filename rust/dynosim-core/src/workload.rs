@@ -1,4 +1,5 @@
-//! The columnar request table a replay reads, borrowed from the caller (numpy arrays in Python):
+//! The columnar request table a replay reads, borrowed from the caller (numpy arrays in Python)
+//! or owned by the core ([`Columns`]):
 //! its checks, and which requests are later turns of a session. The prefix identities of its
 //! KV blocks are in `block_ids`.
 
@@ -85,6 +86,49 @@ pub struct Workload<'a> {
     pub session: Option<&'a [i64]>,
     /// Think time before a session turn is sent (ms), NaN to use the timestamp gap.
     pub delay_ms: Option<&'a [f64]>,
+}
+
+/// Requests in columns the core owns: what [`Workload`] borrows.
+#[derive(Debug, Clone, Default)]
+pub struct Columns {
+    pub arrival_ms: Vec<f64>,
+    pub input_length: Vec<u32>,
+    pub output_length: Vec<u32>,
+    pub hash_offsets: Vec<u64>,
+    pub hash_ids: Vec<u64>,
+    pub trace_block_size: u32,
+    pub session: Option<Vec<i64>>,
+    pub delay_ms: Option<Vec<f64>>,
+}
+
+impl Columns {
+    /// A copy of `workload`'s columns.
+    pub fn copied(workload: &Workload) -> Self {
+        Columns {
+            arrival_ms: workload.arrival_ms.to_vec(),
+            input_length: workload.input_length.to_vec(),
+            output_length: workload.output_length.to_vec(),
+            hash_offsets: workload.hash_offsets.to_vec(),
+            hash_ids: workload.hash_ids.to_vec(),
+            trace_block_size: workload.trace_block_size,
+            session: workload.session.map(<[i64]>::to_vec),
+            delay_ms: workload.delay_ms.map(<[f64]>::to_vec),
+        }
+    }
+
+    /// The columns, borrowed.
+    pub fn workload(&self) -> Workload<'_> {
+        Workload {
+            arrival_ms: &self.arrival_ms,
+            input_length: &self.input_length,
+            output_length: &self.output_length,
+            hash_offsets: &self.hash_offsets,
+            hash_ids: &self.hash_ids,
+            trace_block_size: self.trace_block_size,
+            session: self.session.as_deref(),
+            delay_ms: self.delay_ms.as_deref(),
+        }
+    }
 }
 
 impl<'a> Workload<'a> {

@@ -11,13 +11,12 @@ use dynosim_core::links;
 use dynosim_core::report::RejectReason;
 use dynosim_core::time_series::Shape;
 use dynosim_core::{
-    parse_mooncake_watched, Control as CoreControl, PreparedWorkload as CorePrepared, Report,
-    SessionKey, SimConfig, SimError, Workload,
+    Control as CoreControl, PreparedWorkload as CorePrepared, Report, SimConfig, SimError, Workload,
 };
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList};
+use pyo3::types::PyDict;
 
 /// A replay allocates and frees tens of MB of short-lived vectors; the system allocator hands
 /// the pages of each replay's thread arena back to the kernel, so the next replay faults them
@@ -371,47 +370,73 @@ fn control_of(control: Option<PyRef<'_, Control>>) -> Arc<CoreControl> {
     control.map_or_else(|| Arc::new(CoreControl::new()), |c| c.inner.clone())
 }
 
-/// Parse a Mooncake JSONL trace's bytes into columns in file order; see `_core.pyi`.
+/// Rows of a file out of arrival order: how many, of how many, and the first one's line.
+type LateRows = (usize, usize, u64);
+
+/// Read a Mooncake JSONL trace's bytes into the requests a replay reads (arrival order, first
+/// at 0 ms, sessions by first arrival, checked); returns them with the rows the file had out
+/// of arrival order (`(late rows, rows, first late line)`, or None), which a `WorkloadError`
+/// refusing a request also carries as its `late`. See `_core.pyi`.
 #[pyfunction]
-fn parse_mooncake<'py>(
+fn read_mooncake<'py>(
     py: Python<'py>,
     data: &[u8],
     path: &str,
     trace_block_size: u64,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<(PreparedWorkload, Option<LateRows>)> {
     let control = CoreControl::new();
-    let rows = interruptible(py, &control, || {
-        parse_mooncake_watched(data, path, trace_block_size, Some(&control))
+    let read = interruptible(py, &control, || {
+        dynosim_core::read_mooncake(data, path, trace_block_size, Some(&control))
     })?;
-    let keys = PyList::empty(py);
-    for key in &rows.session_keys {
-        match key {
-            SessionKey::Int(digits) => keys.append(py.get_type::<PyInt>().call1((digits,))?)?,
-            SessionKey::Str(text) => keys.append(text)?,
+    let late = read.late.map(|l| (l.rows, l.of, l.first_line));
+    match read.requests {
+        Ok(requests) => Ok((
+            PreparedWorkload {
+                inner: Arc::new(requests),
+            },
+            late,
+        )),
+        Err(e) => {
+            let exc = to_py_err(py, e);
+            match exc.value(py).setattr("late", late) {
+                Ok(()) => Err(exc),
+                Err(e) => Err(e),
+            }
         }
     }
-    let out = PyDict::new(py);
-    out.set_item("timestamp_ms", rows.timestamp_ms.into_pyarray(py))?;
-    out.set_item("input_length", rows.input_length.into_pyarray(py))?;
-    out.set_item("output_length", rows.output_length.into_pyarray(py))?;
-    out.set_item("hash_offsets", rows.hash_offsets.into_pyarray(py))?;
-    out.set_item("hash_ids", rows.hash_ids.into_pyarray(py))?;
-    out.set_item("line", rows.line.into_pyarray(py))?;
-    out.set_item("session", rows.session.into_pyarray(py))?;
-    out.set_item("delay_ms", rows.delay_ms.into_pyarray(py))?;
-    out.set_item("session_keys", keys)?;
-    Ok(out)
 }
 
-/// Replay request columns; see `dynosim.replay` for the public API.
+/// An order of rows, how many rows were late, and the first of them.
+type Ordered<'py> = (Bound<'py, PyArray1<u32>>, usize, usize);
+
+/// The order putting rows of integer timestamps `times` (file order) in arrival order, with
+/// how many rows were late and the index of the first; None when they already are in order.
+#[pyfunction]
+fn arrival_order<'py>(
+    py: Python<'py>,
+    times: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Option<Ordered<'py>>> {
+    let times = times.as_slice()?;
+    dynosim_core::workload::check_size(times.len() as u64, 0).map_err(|e| to_py_err(py, e))?;
+    Ok(dynosim_core::arrival::arrival_order(times)
+        .map(|(order, late)| (order.into_pyarray(py), late.rows, late.first)))
+}
+
+/// Replay request columns, or requests the core holds (a `PreparedWorkload`); see
+/// `dynosim.replay` for the public API.
 #[pyfunction]
 #[pyo3(signature = (columns, config_json, control=None))]
 fn replay<'py>(
     py: Python<'py>,
-    columns: Columns<'py>,
+    columns: &Bound<'py, PyAny>,
     config_json: &str,
     control: Option<PyRef<'py, Control>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // Requests the core already holds are replayed as they are (numpy is not needed).
+    if let Ok(prepared) = columns.cast::<PreparedWorkload>() {
+        return replay_prepared(py, prepared.borrow(), config_json, control);
+    }
+    let columns: Columns<'py> = columns.extract()?;
     let config = SimConfig::from_json(config_json).map_err(|e| to_py_err(py, e))?;
     let workload = columns.workload()?;
     let control = control_of(control);
@@ -443,6 +468,49 @@ impl PreparedWorkload {
     #[getter]
     fn tables_held(&self) -> usize {
         self.inner.tables_held()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.workload().len()
+    }
+
+    /// Tokens per trace hash id.
+    #[getter]
+    fn trace_block_size(&self) -> u32 {
+        self.inner.workload().trace_block_size
+    }
+
+    /// The columns as read-only numpy arrays over the core's memory (no copy; each keeps this
+    /// object alive), by the names of `TraceColumns`' fields; `session` and `delay_ms` are None
+    /// without sessions.
+    fn columns<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let py = slf.py();
+        let w = slf.get().inner.workload();
+        let out = PyDict::new(py);
+        out.set_item("arrival_ms", borrowed(slf, w.arrival_ms))?;
+        out.set_item("input_length", borrowed(slf, w.input_length))?;
+        out.set_item("output_length", borrowed(slf, w.output_length))?;
+        out.set_item("hash_offsets", borrowed(slf, w.hash_offsets))?;
+        out.set_item("hash_ids", borrowed(slf, w.hash_ids))?;
+        out.set_item("session", w.session.map(|c| borrowed(slf, c)))?;
+        out.set_item("delay_ms", w.delay_ms.map(|c| borrowed(slf, c)))?;
+        Ok(out)
+    }
+}
+
+/// A read-only numpy array over `column`, which `owner` holds and keeps alive.
+fn borrowed<'py, T: numpy::Element>(
+    owner: &Bound<'py, PreparedWorkload>,
+    column: &[T],
+) -> Bound<'py, PyArray1<T>> {
+    let view = numpy::ndarray::ArrayView1::from(column);
+    // SAFETY: the columns live in the frozen `owner` (behind an `Arc`, never changed or moved
+    // after construction), and the array holds a reference to `owner`. It is made read-only
+    // before Python sees it, so nothing writes through it.
+    unsafe {
+        let array = PyArray1::borrow_from_array(&view, owner.clone().into_any());
+        (*array.as_array_ptr()).fields.flags &= !numpy::npyffi::NPY_ARRAY_WRITEABLE;
+        array
     }
 }
 
@@ -575,7 +643,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ttft_stage_names, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(max_min_rates, m)?)?;
-    m.add_function(wrap_pyfunction!(parse_mooncake, m)?)?;
+    m.add_function(wrap_pyfunction!(read_mooncake, m)?)?;
+    m.add_function(wrap_pyfunction!(arrival_order, m)?)?;
     m.add_function(wrap_pyfunction!(validate_workload, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(kv_shape_bytes_per_token, m)?)?;

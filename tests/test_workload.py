@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import gc
 import hashlib
 import json
 import math
+import pickle
 import random
 import re
 import warnings
@@ -195,6 +197,22 @@ def test_a_mooncake_files_columns_are_read_only_views_of_the_requests_the_core_h
     del workload, requests, cols, base
     gc.collect()
     assert arrivals.tolist() == [0.0, 4.0]
+
+
+def test_a_loaded_trace_pickles_and_copies_with_its_requests(tmp_path):
+    # The core's requests ship as their columns; the copy replays to the same report.
+    path = write_rows(
+        tmp_path / "t.jsonl",
+        [row(timestamp=9, session_id="s"), row(timestamp=5), row(timestamp=12, session_id="s")],
+    )
+    with pytest.warns(UserWarning):
+        workload = load_trace(path)
+    for copied in (pickle.loads(pickle.dumps(workload)), copy.deepcopy(workload)):
+        assert copied.sha256() == workload.sha256()
+        for field in ("arrival_ms", "hash_ids", "session", "delay_ms"):
+            a, b = getattr(copied.columns(), field), getattr(workload.columns(), field)
+            assert a.tobytes() == b.tobytes(), field
+        assert dynosim.replay(copied).to_json() == dynosim.replay(workload).to_json()
 
 
 @pytest.mark.parametrize("name", ["azure_2023_conv.csv", "azure_2023_code.csv"])

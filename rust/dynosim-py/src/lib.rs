@@ -496,7 +496,24 @@ impl PreparedWorkload {
         out.set_item("delay_ms", w.delay_ms.map(|c| borrowed(slf, c)))?;
         Ok(out)
     }
+
+    /// Pickling (and copying) ships the columns; the receiver holds its own copy.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Reduced<'py>> {
+        let py = slf.py();
+        let columns = py
+            .import("types")?
+            .getattr("SimpleNamespace")?
+            .call((), Some(&Self::columns(slf)?))?;
+        columns.setattr(
+            "trace_block_size",
+            slf.get().inner.workload().trace_block_size,
+        )?;
+        Ok((slf.get_type().into_any(), (columns,)))
+    }
 }
+
+/// What `__reduce__` returns: a class and the arguments that build the object again.
+type Reduced<'py> = (Bound<'py, PyAny>, (Bound<'py, PyAny>,));
 
 /// A read-only numpy array over `column`, which `owner` holds and keeps alive.
 fn borrowed<'py, T: numpy::Element>(

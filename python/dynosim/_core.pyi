@@ -122,9 +122,10 @@ def config_limits_json() -> str:
     JSON; the core's checks use the same."""
 
 class PreparedWorkload:
-    """Request columns copied into the core once (checked by the core's rules, raising
-    WorkloadError), with their prompt block identities computed once per block size and shared
-    by every replay of them, from any thread."""
+    """Requests the core holds: columns copied in once by the constructor (checked by the
+    core's rules, raising WorkloadError), or a Mooncake file's requests (``read_mooncake``),
+    with their prompt block identities computed once per block size and shared by every replay
+    of them, from any thread. Pickling and copying ship the columns."""
 
     def __init__(self, columns: Any) -> None: ...
     def __len__(self) -> int:

@@ -446,8 +446,9 @@ fn replay<'py>(
     report_dict(py, report, &config)
 }
 
-/// Request columns copied into the core once, with their block identities computed once per
-/// block size and shared by every replay of them (from any thread).
+/// Requests the core holds (columns copied in once, or a Mooncake file's requests), with their
+/// block identities computed once per block size and shared by every replay of them (from any
+/// thread).
 #[pyclass(frozen, module = "dynosim._core")]
 struct PreparedWorkload {
     inner: Arc<CorePrepared>,

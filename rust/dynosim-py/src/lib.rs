@@ -398,10 +398,8 @@ fn read_mooncake<'py>(
         )),
         Err(e) => {
             let exc = to_py_err(py, e);
-            match exc.value(py).setattr("late", late) {
-                Ok(()) => Err(exc),
-                Err(e) => Err(e),
-            }
+            exc.value(py).setattr("late", late)?;
+            Err(exc)
         }
     }
 }

@@ -47,7 +47,8 @@ pub fn read_mooncake(
         .filter(|&b| b > 0)
         .ok_or_else(|| {
             SimError::Trace(format!(
-                "trace_block_size: expected between 1 and 2**32 - 1 tokens, got {trace_block_size}"
+                "{path}: trace_block_size (prompt tokens per hash id): expected between 1 and \
+                 2**32 - 1 tokens, got {trace_block_size}"
             ))
         })?;
     let rows = parse_mooncake_watched(data, path, trace_block_size, control)?;

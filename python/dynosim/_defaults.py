@@ -58,6 +58,16 @@ OffloadWrites = Literal["flows", "free"]
 OFFLOAD_WRITES: tuple[str, ...] = get_args(OffloadWrites)
 
 
+def settings_document() -> dict[str, Any]:
+    """A configuration with no setting given, as the configuration models write it out
+    (``SimConfig().model_dump()``) without building them: the core's defaults, but with
+    ``engine.num_gpu_blocks`` unset (None), as an unset size is derived from the model and GPU
+    where the timing names them (:mod:`dynosim.sizing`). A new document each call."""
+    document: dict[str, Any] = json.loads(_core.default_config_json())
+    document["engine"]["num_gpu_blocks"] = None
+    return document
+
+
 def flavour_setting(backend: str, name: str, value: Any) -> Any:
     """Engine setting ``name`` of a ``backend`` engine: ``value`` as set, else (None) the
     flavour's default."""
@@ -87,4 +97,5 @@ __all__ = [
     "Router",
     "TransferSizing",
     "flavour_setting",
+    "settings_document",
 ]

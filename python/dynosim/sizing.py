@@ -24,11 +24,15 @@ gave none).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynosim.config import AicTiming, EngineConfig, KvShape, SimConfig, resolve
+from dynosim import _core
 from dynosim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dynosim.config import AicTiming, EngineConfig, KvShape, SimConfig
 
 #: Sizes derived so far, or why they could not be, by what they depend on: kept across calls,
 #: a sweep's configurations share a few.
@@ -42,14 +46,6 @@ class Sized:
 
     config: SimConfig
     provenance: dict[str, Any]
-
-
-def _engine_section(config: SimConfig, path: str) -> EngineConfig:
-    """The engine section at dotted ``path`` (``engine`` or ``prefill.engine``) as written."""
-    node: Any = config
-    for part in path.split("."):
-        node = getattr(node, part)
-    return node
 
 
 def _remember(memo: SizeMemo, key: Any, derive: Any) -> Any:
@@ -102,24 +98,43 @@ def resolve_sizes(config: SimConfig, memo: SizeMemo | None = None) -> Sized:
             message gives the figures or AIC's reason).
         MissingExtraError: a size is to be derived and AIConfigurator is not installed.
     """
+    from dynosim.config import SimConfig
+
+    data = config.model_dump()
+    provenance = size_document(data, config.model_dump_json(), memo)
+    return Sized(SimConfig.model_validate(data), provenance)
+
+
+def size_document(data: dict[str, Any], text: str, memo: SizeMemo | None = None) -> dict[str, Any]:
+    """The module's rule on a configuration document: ``data`` (settings as plain values, as a
+    configuration file holds them, any left out at their defaults; ``text`` the same as JSON)
+    gets every role's ``num_gpu_blocks`` set, and the KV geometry where the model gives it, in
+    place; returns their provenance. pydantic and
+    AIConfigurator are imported only for a role whose timing is an ``aic`` section.
+
+    Raises: as :func:`resolve_sizes`.
+    """
     memo = {} if memo is None else memo
-    view = resolve(config)
+    view = json.loads(_core.resolve_config_json(text))
+    roles = view["roles"]
     blocks: dict[str, tuple[str, dict[str, Any]]] = {}
-    for role, v in view.roles.items():
-        given = _engine_section(config, v.engine_path).num_gpu_blocks
+    for r in roles:
+        given = _section(data, r["engine_path"]).get("num_gpu_blocks")
         if given is not None:
             entry = {"source": "given", "num_gpu_blocks": given}
-        elif isinstance(v.timing, AicTiming):
+        elif r["timing"]["model"] == "aic":
+            from dynosim.config.resolved import role_view
+
+            v = role_view(r)
             entry = _derived_blocks(v.timing, v.engine, memo)
         else:
             entry = {
                 "source": "default",
-                "num_gpu_blocks": v.engine.num_gpu_blocks,
-                "note": f"no model and GPU to size it from ({v.timing_path} is "
-                f"{v.timing.model} timing): uncalibrated",
+                "num_gpu_blocks": r["engine"]["num_gpu_blocks"],
+                "note": f"no model and GPU to size it from ({r['timing_path']} is "
+                f"{r['timing']['model']} timing): uncalibrated",
             }
-        blocks[role] = (v.engine_path, entry)
-    data = config.model_dump()
+        blocks[r["role"]] = (r["engine_path"], entry)
     capacity: dict[str, Any] = {}
     for role, (path, entry) in blocks.items():
         shared = [e for p, e in blocks.values() if p == path]
@@ -127,48 +142,56 @@ def resolve_sizes(config: SimConfig, memo: SizeMemo | None = None) -> Sized:
             # Roles sharing the engine section but sized apart (their own timing sections)
             # each get their own copy of it.
             path = f"{role}.engine"
-            data[role]["engine"] = dict(data["engine"])
-        section = data
-        for part in path.split("."):
-            section = section[part]
-        section["num_gpu_blocks"] = entry["num_gpu_blocks"]
+            _section(data, role)["engine"] = dict(_section(data, "engine"))
+        _section(data, path)["num_gpu_blocks"] = entry["num_gpu_blocks"]
         capacity[path] = entry
     provenance: dict[str, Any] = {"kv_capacity": capacity}
-    transfer = config.kv_transfer
-    if transfer.kv_bytes_per_token is not None or transfer.kv_shape is not None:
+    transfer = _section(data, "kv_transfer")
+    if transfer.get("kv_bytes_per_token") is not None or transfer.get("kv_shape") is not None:
         provenance["kv_bytes_per_token"] = {
             "source": "given",
-            "bytes_per_token": view.kv_transfer.bytes_per_token,
+            "bytes_per_token": view["kv_transfer"]["bytes_per_token"],
         }
-    else:
-        models = sorted(
-            {
-                (v.timing.model_name, v.engine.backend)
-                for v in view.roles.values()
-                if isinstance(v.timing, AicTiming)
-            }
-        )
-        if len(models) > 1:
-            named = ", ".join(f"{m} ({b})" for m, b in models)
+        return provenance
+    models = sorted(
+        {
+            (r["timing"]["model_name"], r["engine"]["backend"])
+            for r in roles
+            if r["timing"]["model"] == "aic"
+        }
+    )
+    if len(models) > 1:
+        named = ", ".join(f"{m} ({b})" for m, b in models)
+        provenance["kv_bytes_per_token"] = {
+            "source": "unset",
+            "note": f"the roles' aic timing sections name different models: {named}",
+        }
+    elif models:
+        model, backend = models[0]
+        try:
+            shape = _model_shape(model, backend, memo)
+        except ConfigError as e:  # a KV that is not one size per token: left to the user
+            provenance["kv_bytes_per_token"] = {"source": "unset", "note": str(e)}
+        else:
+            transfer["kv_shape"] = shape.model_dump()
             provenance["kv_bytes_per_token"] = {
-                "source": "unset",
-                "note": f"the roles' aic timing sections name different models: {named}",
+                "source": "model",
+                "model": model,
+                "backend": backend,
+                "bytes_per_token": shape.bytes_per_token(),
             }
-        elif models:
-            model, backend = models[0]
-            try:
-                shape = _model_shape(model, backend, memo)
-            except ConfigError as e:  # a KV that is not one size per token: left to the user
-                provenance["kv_bytes_per_token"] = {"source": "unset", "note": str(e)}
-            else:
-                data["kv_transfer"]["kv_shape"] = shape.model_dump()
-                provenance["kv_bytes_per_token"] = {
-                    "source": "model",
-                    "model": model,
-                    "backend": backend,
-                    "bytes_per_token": shape.bytes_per_token(),
-                }
-    return Sized(SimConfig.model_validate(data), provenance)
+    return provenance
 
 
-__all__ = ["SizeMemo", "Sized", "resolve_sizes"]
+def _section(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The section of ``data`` at dotted ``path`` (``engine`` or ``prefill.engine``), made
+    empty where the document leaves it out (every setting in it then takes its default)."""
+    node = data
+    for part in path.split("."):
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+    return node
+
+
+__all__ = ["SizeMemo", "Sized", "resolve_sizes", "size_document"]

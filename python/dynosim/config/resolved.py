@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter
 
@@ -74,23 +74,24 @@ class Resolved:
     num_gpus: int
 
 
+def role_view(role: dict[str, Any]) -> RoleView:
+    """One role of the core's resolved view (its JSON, read) as a :class:`RoleView`."""
+    return RoleView(
+        role=role["role"],
+        workers=role["workers"],
+        gpus_per_worker=role["gpus_per_worker"],
+        engine=EngineConfig.model_validate(role["engine"]),
+        timing=_TIMING.validate_python(role["timing"]),
+        engine_path=role["engine_path"],
+        timing_path=role["timing_path"],
+    )
+
+
 def resolve(config: SimConfig) -> Resolved:
     """The :class:`Resolved` view of ``config``."""
     data = json.loads(_core.resolve_config_json(config.model_dump_json()))
-    roles = {
-        r["role"]: RoleView(
-            role=r["role"],
-            workers=r["workers"],
-            gpus_per_worker=r["gpus_per_worker"],
-            engine=EngineConfig.model_validate(r["engine"]),
-            timing=_TIMING.validate_python(r["timing"]),
-            engine_path=r["engine_path"],
-            timing_path=r["timing_path"],
-        )
-        for r in data["roles"]
-    }
     return Resolved(
-        roles=roles,
+        roles={r["role"]: role_view(r) for r in data["roles"]},
         kv_transfer=TransferView(**data["kv_transfer"]),
         offload=None if data["offload"] is None else TierRates(**data["offload"]),
         num_workers=data["num_workers"],
@@ -98,4 +99,4 @@ def resolve(config: SimConfig) -> Resolved:
     )
 
 
-__all__ = ["Resolved", "Role", "RoleView", "TierRates", "TransferView", "resolve"]
+__all__ = ["Resolved", "Role", "RoleView", "TierRates", "TransferView", "resolve", "role_view"]

@@ -3,7 +3,6 @@ in memory."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,9 +12,8 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from dynosim._workload_defaults import TRACE_BLOCK_SIZE, TraceFormat
 from dynosim.errors import WorkloadError
-from dynosim.workload.base import WorkloadModel
-from dynosim.workload.mooncake import read_mooncake
-from dynosim.workload.reading import read_trace_bytes
+from dynosim.workload.base import WorkloadModel, is_columns
+from dynosim.workload.trace_file import read_trace_file, trace_format
 
 if TYPE_CHECKING:
     from dynosim.workload.columns import TraceColumns
@@ -64,31 +62,17 @@ class TraceWorkload(WorkloadModel):
         return self
 
     def _trace_format(self) -> str:
-        if self.format is not None:
-            return self.format
         assert self.path is not None  # checked at validation
-        suffix = self.path.suffix.lower()
-        if suffix in (".jsonl", ".json"):
-            return "mooncake"
-        if suffix == ".csv":
-            return "azure"
-        raise WorkloadError(
-            f"{self.path}: cannot tell the trace format from the extension {suffix!r}; "
-            "pass format='mooncake' (JSONL) or format='azure' (CSV)"
-        )
+        return trace_format(self.path, self.format)
 
     def _read(self) -> None:
         assert self.path is not None  # checked at validation; from_columns sets _columns
-        data = read_trace_bytes(self.path)
-        # The trace's identity in a report: the hash of exactly the bytes replayed, taken
-        # while they are in memory (reading the file again costs more than hashing).
-        self._sha256 = hashlib.sha256(data).hexdigest()
-        if self._trace_format() == "mooncake":
-            self._requests = read_mooncake(self.path, data, self.trace_block_size)
+        found = read_trace_file(self.path, self.trace_block_size, self.format)
+        self._sha256 = found.sha256
+        if is_columns(found.requests):
+            self._columns = found.requests
         else:
-            from dynosim.workload.azure import read_azure
-
-            self._columns = read_azure(self.path, data, self.trace_block_size)
+            self._requests = found.requests
 
     def requests(self) -> Any:
         """What the core replays: a Mooncake file's requests as the core holds them, else the

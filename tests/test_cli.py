@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import dynosim
 from dynosim.cli import EXIT_BAD_INPUT, main
 
@@ -64,6 +66,44 @@ def test_json_file_and_flags(tmp_path, capsys):
     # last token: it reuses the first block and prefills the second, 10 ms, then decodes 2 ms.
     assert report["requests"]["ttft_ms"] == [10.0, 10.0]
     assert report["requests"]["e2e_ms"] == [12.0, 12.0]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--workers", "3", "--router", "kv-aware", "--block-size", "32", "--explain"],
+        "--prefill-workers 2 --decode-workers 1 --kv-bandwidth-gbps 25 "
+        "--kv-bytes-per-token 100000 --link-model line_rate".split(),
+        "--timing fixed --prefill-ms 30 --decode-ms 10 --backend sglang "
+        "--num-gpu-blocks 2000 --sla-ttft-ms 500".split(),
+        "--backend trtllm --max-num-batched-tokens 4096 --g2-blocks 4000 "
+        "--kv-bytes-per-token 160000 --g1-g2-gbps 20 --concurrency 8".split(),
+    ],
+    ids=["defaults", "aggregated", "disaggregated", "fixed-sglang", "trtllm-offload"],
+)
+def test_flags_alone_replay_as_the_models_would(tmp_path, capsys, flags):
+    # Settings that all come from flags are checked by the core alone (no pydantic model is
+    # built); an empty --config file sends the same settings the models' way. Both must give
+    # the same report, byte for byte.
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    reports = []
+    for extra in ([], ["--config", str(empty)]):
+        assert main(["replay", "--no-progress", "--json", "-", *flags, *extra]) == 0
+        reports.append(capsys.readouterr().out)
+    assert reports[0] == reports[1]
+    assert json.loads(reports[0])["summary"]["num_requests"] == 3000
+
+
+def test_a_flag_the_core_refuses_is_named_as_the_models_name_it(capsys):
+    # inf cannot travel as JSON: the core refuses the document, and the models then say why.
+    assert main(["replay", "--arrival-speedup", "inf"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--arrival-speedup Infinity (cluster.arrival_speedup_ratio): expected a finite" in err
+    assert main(["replay", "--workers", "0"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--workers 0 (cluster.num_workers): must be between 1 and 16,384, got 0" in err
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):

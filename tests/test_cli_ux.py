@@ -316,31 +316,50 @@ def test_help_and_version_import_no_configuration_models(entry, argv):
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
-def test_a_replay_starts_before_what_prints_its_report_is_imported(tmp_path):
-    # `dynosim replay`'s start, up to the core's replay: the modules it needs (pydantic's
-    # configuration models), none of what only prints, saves or checks reports (rich, numpy,
-    # the report schema's models, the comparison), reads YAML or generates synthetic requests
-    # (six pydantic models a trace replay does not use). The core reads the trace and holds its
-    # requests, so numpy is not imported. The core's replay is replaced by a probe that lists
-    # what is loaded.
+@pytest.mark.parametrize(
+    ("flags", "models"),
+    [
+        ([], False),
+        (["--prefill-workers", "2", "--decode-workers", "2", "--kv-bytes-per-token", "1e5"], False),
+        (["--timing", "fixed", "--prefill-ms", "5", "--decode-ms", "1"], False),
+        (["--config", "settings.yaml"], True),
+    ],
+    ids=["defaults", "disaggregated", "fixed", "config-file"],
+)
+def test_a_replay_starts_before_what_prints_its_report_is_imported(tmp_path, flags, models):
+    # `dynosim replay`'s start, up to the core's replay: none of what only prints, saves or
+    # checks reports (rich, numpy, the report schema's models, the comparison), reads YAML or
+    # generates synthetic requests. The core reads the trace and holds its requests, so numpy
+    # is not imported; settings given by flags alone are checked by the core, so neither is
+    # pydantic (its import and model building were two thirds of a start). A configuration
+    # file is checked by the models (pydantic, and YAML). The core's replay is replaced by a
+    # probe that lists what is loaded.
+    (tmp_path / "settings.yaml").write_text("cluster:\n  num_workers: 2\n")
     script = (
         "import sys\n"
         "import dynosim._core as core\n"
         "def probe(*args, **kwargs):\n"
-        "    loaded = [m for m in sys.modules if m.split('.')[0] in ('rich', 'yaml')\n"
-        "              or m in ('dynosim.report_schema', 'dynosim.compare.measured',\n"
-        "                       'dynosim.cli.summary', 'secrets',\n"
-        "                       'dynosim.workload.synthetic')]\n"
-        "    print(sorted(loaded), 'numpy' in sys.modules, file=sys.stderr)\n"
+        "    top = {m.split('.')[0] for m in sys.modules}\n"
+        "    loaded = top & {'rich', 'yaml'}\n"
+        "    loaded |= {m for m in sys.modules if m in ('dynosim.report_schema', 'secrets',\n"
+        "               'dynosim.compare.measured', 'dynosim.cli.summary',\n"
+        "               'dynosim.workload.synthetic')}\n"
+        "    print(sorted(loaded), 'numpy' in sys.modules, 'pydantic' in sys.modules,\n"
+        "          file=sys.stderr)\n"
         "    raise SystemExit(0)\n"
         "core.replay = probe\n"
         "from dynosim.cli import main\n"
-        "main(['replay'])\n"
+        "main(['replay', *sys.argv[1:]])\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [sys.executable, "-c", script, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
-    assert done.stderr.strip().splitlines()[-1] == "[] False", done.stderr
+    expected = "['yaml'] False True" if models else "[] False False"
+    assert done.stderr.strip().splitlines()[-1] == expected, done.stderr
 
 
 def test_offline_replay_bench_takes_dynosims_names_and_names_the_flag_typed(capsys):

@@ -181,6 +181,56 @@ def test_config_sources_agree(tmp_path):
     assert "engine" in schema["properties"]
 
 
+def test_the_settings_document_is_the_models_with_nothing_given():
+    # The command line builds its settings on this document without building the models;
+    # both must start from the same settings, the KV blocks unset (sized at the replay).
+    from dynosim._defaults import settings_document
+
+    assert settings_document() == dynosim.SimConfig().model_dump()
+    assert settings_document()["engine"]["num_gpu_blocks"] is None
+
+
+def _azure_file(tmp_path):
+    # 300 rows, 40 ms apart, of varied lengths: an Azure CSV read into columns.
+    rows = [
+        f"2023-11-16 18:17:{3 + i * 40 // 1000:02d}.{i * 40 % 1000:03d}0000,"
+        f"{200 + i * 37 % 3000},{5 + i % 40}"
+        for i in range(300)
+    ]
+    path = tmp_path / "code.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("trace", "document"),
+    [
+        ("azure", {"cluster": {"num_workers": 2}, "engine": {"block_size": 16}}),
+        (
+            "sample",
+            {
+                "cluster": {"mode": "disaggregated", "num_decode_workers": 2},
+                "kv_transfer": {"kv_bytes_per_token": 1e5, "bandwidth_gbps": 10.0},
+                "decode": {"engine": {"num_gpu_blocks": 3000}},
+            },
+        ),
+    ],
+)
+def test_a_trace_file_replays_on_a_document_as_on_its_models(tmp_path, trace, document):
+    # replay_file: the core alone checks the settings, and the file is read without the
+    # workload models; the report is the models' own, byte for byte, sizes' provenance too.
+    from dynosim.replay import replay_file
+
+    path = _azure_file(tmp_path) if trace == "azure" else dynosim.sample_trace_path()
+    expected = dynosim.replay(dynosim.load_trace(path), document).to_json()
+    assert json.loads(expected)["summary"]["completed_requests"] == (
+        300 if trace == "azure" else 3000
+    )
+    assert replay_file(path, json.loads(json.dumps(document))).to_json() == expected
+    with pytest.raises(ConfigError, match=r"cluster\.num_workers: must be between 1"):
+        replay_file(path, {"cluster": {"num_workers": 0}})
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

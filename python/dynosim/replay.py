@@ -1,4 +1,9 @@
-"""``dynosim.replay``: run a workload on a simulated cluster."""
+"""``dynosim.replay``: run a workload on a simulated cluster.
+
+Two ways in: :func:`replay` takes any workload and a configuration that its models check
+(pydantic); :func:`replay_file` takes a trace file and a configuration document the core checks
+alone, which is how the command line starts without building the models (pydantic's import and
+model building are most of a start)."""
 
 from __future__ import annotations
 
@@ -11,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from dynosim import _core
 from dynosim._version import version
-from dynosim.config import AicTiming, SimConfig, load_config
+from dynosim._workload_defaults import TRACE_BLOCK_SIZE
 from dynosim.errors import WorkloadError
-from dynosim.sizing import SizeMemo, resolve_sizes
-from dynosim.workload.base import is_columns, is_synthetic
-from dynosim.workload.identity import identity
-from dynosim.workload.trace import TraceWorkload, load_trace
+from dynosim.sizing import SizeMemo, size_document
+from dynosim.workload.identity import file_identity
+from dynosim.workload.trace_file import read_trace_file
 
 if TYPE_CHECKING:
+    from dynosim.config import SimConfig
     from dynosim.report import Report
-    from dynosim.workload import SyntheticWorkload, TraceColumns
+    from dynosim.workload import SyntheticWorkload, TraceColumns, TraceWorkload
 
 #: Runs shorter than this (s) show no progress bar.
 _PROGRESS_AFTER_S = 1.0
@@ -31,6 +36,10 @@ def _requests(
 ) -> tuple[Any, dict[str, str]]:
     """The requests of ``workload`` as the core replays them (columns, or the requests the core
     read from a Mooncake file) and what names them (a trace's file name and hash)."""
+    from dynosim.workload.base import is_columns, is_synthetic
+    from dynosim.workload.identity import identity
+    from dynosim.workload.trace import TraceWorkload, load_trace
+
     if is_columns(workload):
         return workload, identity(workload, workload)
     if isinstance(workload, str | Path):
@@ -63,6 +72,9 @@ def core_config(config: SimConfig, memo: Derivations | None = None) -> tuple[str
     ``kv_bytes_per_token``); then, as the core prices passes from tables only, ``aic`` sections
     become their ``op_tables`` timing (built once with AIConfigurator, then read from the
     on-disk cache; ``timing``: what priced each section by its dotted path)."""
+    from dynosim.config import AicTiming
+    from dynosim.sizing import resolve_sizes
+
     memo = Derivations() if memo is None else memo
     sized = resolve_sizes(config, memo.sizes)
     notes = dict(sized.provenance)
@@ -121,19 +133,12 @@ def replay(
     :mod:`dynosim.sizing`); an ``aic`` timing section in it stays as given, its
     ``provenance["timing"]`` entry naming the tables that priced it.
     """
+    from dynosim.config import load_config
+
     cfg = load_config(config)
     requests, trace = _requests(workload)
     config_json, derived = core_config(cfg)
     raw = _replay_raw(requests, config_json, progress)
-    # The report's module (numpy) is imported once the replay is done: its start waits on it.
-    from dynosim.report import Report, config_sha256
-
-    notes: dict[str, Any] = {
-        "dynosim_version": version(),
-        "trace": trace,
-        **derived,
-        **(provenance or {}),
-    }
     priced = derived.get("timing")
     if priced:
         # Report the sections as given: the tables are named by their provenance.
@@ -145,8 +150,45 @@ def replay(
                 holder, given_holder = holder[part], given_holder[part]
             holder["timing"] = given_holder["timing"]
         raw["config_json"] = json.dumps(config_out)
-    notes["config_sha256"] = config_sha256(json.loads(raw["config_json"]))
-    return Report(raw, notes)
+    return _report(raw, trace, {**derived, **(provenance or {})})
+
+
+def replay_file(
+    path: str | Path,
+    document: dict[str, Any],
+    *,
+    trace_block_size: int = TRACE_BLOCK_SIZE,
+    format: str | None = None,
+    progress: bool = False,
+) -> Report:
+    """Replay the trace file ``path`` on the configuration ``document``, checked by the core
+    alone: no configuration or workload model is built, so neither pydantic nor numpy is
+    imported before the replay.
+
+    ``document`` holds the settings as plain JSON values, as a configuration file would
+    (:func:`dynosim._defaults.settings_document` is one with none given); it is completed in
+    place with the sizes the replay uses (:mod:`dynosim.sizing`). Timing sections are priced
+    as written: an ``aic`` section needs :func:`replay`, which builds its tables. The report is
+    the one ``replay(load_trace(path, trace_block_size, format), document)`` gives, byte for
+    byte; a value the core refuses raises ConfigError naming its dotted path, and a bad row
+    WorkloadError naming the file, line, field and value.
+    """
+    # Sized first: the core checks the document before a file of millions of rows is read.
+    derived = size_document(document, json.dumps(document))
+    trace = read_trace_file(Path(path), trace_block_size, format)
+    raw = _replay_raw(trace.requests, json.dumps(document), progress)
+    return _report(raw, file_identity(trace.path, trace.sha256), derived)
+
+
+def _report(raw: dict[str, Any], trace: dict[str, str], notes: dict[str, Any]) -> Report:
+    """The Report of the core's replay ``raw`` of the requests ``trace`` names, with ``notes``
+    (where settings came from) in its provenance."""
+    # The report's module (numpy) is imported once the replay is done: its start waits on it.
+    from dynosim.report import Report, config_sha256
+
+    provenance: dict[str, Any] = {"dynosim_version": version(), "trace": trace, **notes}
+    provenance["config_sha256"] = config_sha256(json.loads(raw["config_json"]))
+    return Report(raw, provenance)
 
 
 def _replay_raw(requests: Any, config_json: str, progress: bool) -> dict[str, Any]:
@@ -196,4 +238,4 @@ def _stderr_console():
     return Console(file=sys.stderr)
 
 
-__all__ = ["Derivations", "core_config", "core_config_json", "replay"]
+__all__ = ["Derivations", "core_config", "core_config_json", "replay", "replay_file"]

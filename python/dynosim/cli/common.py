@@ -253,7 +253,7 @@ def workload_from_args(
 ) -> tuple[TraceWorkload | SyntheticWorkload, str]:
     """The workload the flags describe, and a name for it. Without TRACE or --synthetic: the
     bundled sample when ``sample_when_missing``, else a usage error."""
-    from dynosim.workload import load_trace, sample_trace_path
+    from dynosim.workload import load_trace
 
     if args.synthetic:
         from dynosim.workload import SyntheticWorkload
@@ -266,14 +266,22 @@ def workload_from_args(
         # Generated requests get hash ids too, one per --trace-block-size prompt tokens.
         work = SyntheticWorkload(**given, trace_block_size=args.trace_block_size)
         return work, f"synthetic (isl {args.isl}, osl {args.osl}, rate {args.rate}/s)"
+    path, source = trace_from_args(args, sample_when_missing=sample_when_missing)
+    return load_trace(path, trace_block_size=args.trace_block_size, format=args.format), source
+
+
+def trace_from_args(args: argparse.Namespace, *, sample_when_missing: bool) -> tuple[Path, str]:
+    """The trace file the flags name (without --synthetic) and a name for it, not yet read:
+    TRACE, or the bundled sample when it is missing and ``sample_when_missing``."""
+    from dynosim.workload.sample import sample_trace_path
+
     stray = [f"--{k.replace('_', '-')}" for k in SYNTHETIC_FLAGS if getattr(args, k) is not None]
     if stray:
         raise UsageError(f"{', '.join(stray)} need{'s' if len(stray) == 1 else ''} --synthetic")
     if args.trace is None and not sample_when_missing:
         raise UsageError("give a TRACE file, or --synthetic with --isl, --osl and --rate")
     path = args.trace or sample_trace_path()
-    source = str(args.trace) if args.trace else f"bundled sample ({path.name})"
-    return load_trace(path, trace_block_size=args.trace_block_size, format=args.format), source
+    return path, str(args.trace) if args.trace else f"bundled sample ({path.name})"
 
 
 __all__ = [
@@ -294,6 +302,7 @@ __all__ = [
     "name_flags",
     "plain_warnings",
     "run_command",
+    "trace_from_args",
     "typed",
     "workload_from_args",
 ]

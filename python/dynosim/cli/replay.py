@@ -4,10 +4,12 @@ the summary; the flags override a configuration file's settings."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim import _core
 from dynosim._defaults import (
     BACKENDS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -17,6 +19,7 @@ from dynosim._defaults import (
     OFFLOAD_WRITES,
     ROUTERS,
     TRANSFER_SIZINGS,
+    settings_document,
 )
 from dynosim.cli import measured
 from dynosim.cli.common import (
@@ -25,6 +28,7 @@ from dynosim.cli.common import (
     add_workload_arguments,
     missing_extra_is_bad_input,
     name_flags,
+    trace_from_args,
     typed,
     workload_from_args,
 )
@@ -232,23 +236,21 @@ _SETTINGS = (
 )
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
-    """The configuration the flags describe: the --config file (checked with the engine
-    --backend names, whose settings it may hold), then each flag's setting. A setting a flag
-    gave that is out of range is named by the flag as typed."""
-    from dynosim.config import SimConfig, load_settings_file
+def _document(args: argparse.Namespace) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+    """The configuration the flags describe as a document of plain values: the --config file
+    (checked with the engine --backend names, whose settings it may hold) or no setting given,
+    then each flag's setting. Also what each flag set: (dotted path, flag as typed, value)."""
+    if args.config is not None:
+        from dynosim.config import SimConfig, load_settings_file
 
-    base = (
-        load_settings_file(
+        data = load_settings_file(
             args.config,
             SimConfig,
             "configuration",
             overrides={"engine.backend": args.backend} if args.backend else None,
-        )
-        if args.config is not None
-        else SimConfig()
-    )
-    data: dict[str, Any] = base.model_dump()
+        ).model_dump()
+    else:
+        data = settings_document()
     given = []
     for flag, section, key in _SETTINGS:
         value = getattr(args, flag)
@@ -275,10 +277,39 @@ def _config(args: argparse.Namespace) -> SimConfig:
     data["timing"] = _timing(args, data["timing"], data["engine"])
     if args.gpu_memory_utilization is not None:
         _memory_share(args, data)
+    return data, given
+
+
+def _config(data: dict[str, Any], given: list[tuple[str, str, Any]]) -> SimConfig:
+    """The configuration document ``data`` as checked by the models; a setting a flag gave
+    (``given``) that is refused is named by the flag as typed."""
+    from dynosim.config import SimConfig
+
     try:
         return SimConfig.model_validate(data)
     except ConfigError as e:
         raise name_flags(e, given) from None
+
+
+def _core_checks(args: argparse.Namespace, data: dict[str, Any]) -> bool:
+    """Whether the core alone can check and replay ``data`` (see ``replay_file``): a trace
+    file's replay whose settings all come from flags, as plain values, with no timing the
+    Python layer derives (aic) or reads from a file (table); and ``data`` passes the core's
+    checks. A document the core refuses goes the models' way, which name the problem as they
+    name any configuration's (the flag as typed, a non-finite number as such)."""
+    plain = (
+        args.config is None
+        and not args.synthetic
+        and not args.measured
+        and data["timing"]["model"] in ("polynomial", "fixed")
+    )
+    if not plain:
+        return False
+    try:
+        _core.normalize_config_json(json.dumps(data))
+    except ConfigError:
+        return False
+    return True
 
 
 def _memory_share(args: argparse.Namespace, data: dict[str, Any]) -> None:
@@ -389,7 +420,7 @@ def run(args: argparse.Namespace) -> int:
     # prints the report is imported once the replay is done (see `_print`).
     from dynosim._dependencies import matplotlib
     from dynosim.cli.output import check_outputs
-    from dynosim.replay import replay
+    from dynosim.replay import replay, replay_file
 
     json_file = None if args.json in (None, "-") else Path(args.json)
     check_outputs(
@@ -407,8 +438,19 @@ def run(args: argparse.Namespace) -> int:
             matplotlib()
         except MissingExtraError as e:
             raise missing_extra_is_bad_input(e) from None
-    config = _config(args)
+    data, given = _document(args)
     real = measured.measured_run(args)  # None without --measured
+    if _core_checks(args, data):
+        path, source = trace_from_args(args, sample_when_missing=True)
+        report = replay_file(
+            path,
+            data,
+            trace_block_size=args.trace_block_size,
+            format=args.format,
+            progress=not args.no_progress,
+        )
+        return _print(args, report, source, real, json_file)
+    config = _config(data, given)
     if real:
         workload, source = real[0].columns, real[1]
     else:

@@ -20,12 +20,11 @@
 //! bit-identical results.
 //!
 //! Files: `error` (what is turned down, and the input checks), `solver` (the
-//! pure solver and the progressive filling both layers run), `finish_heap`
-//! (the indexed heap of next finishes), `network` (the stateful layer and its
-//! groups); `tests` exercises the network as a whole.
+//! pure solver and the progressive filling both layers run), `network` (the
+//! stateful layer and its groups, ordered by next finish in the crate's
+//! `min_heap`); `tests` exercises the network as a whole.
 
 mod error;
-mod finish_heap;
 mod network;
 mod solver;
 #[cfg(test)]

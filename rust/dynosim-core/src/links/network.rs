@@ -8,8 +8,8 @@ use std::mem;
 use rustc_hash::FxHashMap;
 
 use super::error::{check_cap, check_capacities, check_links, LinkError};
-use super::finish_heap::FinishHeap;
 use super::solver::Filler;
+use crate::min_heap::MinHeap;
 
 /// Finish events within this fraction of the current time (floored at 1 ms)
 /// are merged, so rounding cannot leave a flow a few bytes short of done.
@@ -183,7 +183,7 @@ pub struct LinkNetwork {
     group_index: FxHashMap<GroupKey, u32>,
     /// Group of every active flow with bytes to send.
     flow_group: FxHashMap<u64, u32>,
-    finish: FinishHeap,
+    finish: MinHeap,
     /// Zero-byte flows awaiting `pop_finished`, as (start ms, id).
     zero_byte: Vec<(f64, FlowId)>,
     next_id: u64,
@@ -233,7 +233,7 @@ impl LinkNetwork {
             free_groups: Vec::new(),
             group_index: FxHashMap::default(),
             flow_group: FxHashMap::default(),
-            finish: FinishHeap::default(),
+            finish: MinHeap::default(),
             zero_byte: Vec::new(),
             next_id: 0,
             clock_ms: 0.0,

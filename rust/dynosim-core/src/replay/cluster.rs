@@ -8,6 +8,7 @@ use crate::block_ids::{BlockId, BlockIds, TraceChains};
 use crate::config::{Backend, FirstToken, Role, ServingMode, SimConfig, TransferSizing};
 use crate::error::{Result, SimError};
 use crate::explain::{PartNames, RankBreakdown};
+use crate::min_heap::MinHeap;
 use crate::offload::{Onboard, Tiers};
 use crate::prepared::PreparedWorkload;
 use crate::report::Records;
@@ -45,7 +46,7 @@ pub(super) struct Worker {
     pub(super) first_rank: usize,
     ranks: usize,
     pub(super) busy: bool,
-    /// When the pass in flight ends (ms), while `busy`.
+    /// When the pass in flight ends (ms), while `busy`; set by `Cluster::set_pass_end`.
     pub(super) pass_end_ms: f64,
 }
 
@@ -108,6 +109,10 @@ pub(super) struct Cluster {
     /// Sessions or the closed loop send requests when others end (a pass ending no request
     /// can start one that does, so then every pass end can lead to a send).
     ends_send: bool,
+    /// The busy workers whose pass end can reach another worker (`reaches_others`), keyed by
+    /// (pass end ms, worker): what `horizon` reads instead of scanning every worker. Kept only
+    /// when some can (`keeps_pass_ends`).
+    pass_ends: MinHeap,
     /// Arrivals, pass ends and transfer ends processed.
     pub(super) events: u64,
     /// Scratch: the shapes of the passes a grouped pass's ranks start, and each rank's tokens.
@@ -230,6 +235,11 @@ impl Cluster {
             heads: Vec::new(),
             handoffs: Vec::new(),
             ends_send,
+            pass_ends: {
+                let mut heap = MinHeap::default();
+                heap.ensure(n);
+                heap
+            },
             events: 0,
             shapes: Vec::new(),
             lockstep_tokens: Vec::new(),
@@ -242,6 +252,43 @@ impl Cluster {
 
     pub(super) fn disaggregated(&self) -> bool {
         self.num_prefill > 0
+    }
+
+    /// Whether any worker's pass end can reach another (`horizon`): in an aggregated replay
+    /// whose request ends send nothing, none can.
+    fn keeps_pass_ends(&self) -> bool {
+        self.disaggregated() || self.ends_send
+    }
+
+    /// Whether worker `k`'s pass end can reach another worker: a prefill worker hands requests
+    /// over, a decode worker with handoffs waiting may start transfers, and when request ends
+    /// send requests any pass end may lead to one.
+    fn reaches_others(&self, k: usize) -> bool {
+        k < self.num_prefill
+            || self.ends_send
+            || (self.disaggregated()
+                && self.workers[k]
+                    .ranks()
+                    .any(|r| !self.pending[r - self.num_prefill_ranks].is_empty()))
+    }
+
+    /// Worker `w`'s pass in flight ends at `end_ms`.
+    pub(super) fn set_pass_end(&mut self, w: usize, end_ms: f64) {
+        self.workers[w].pass_end_ms = end_ms;
+        self.keep_pass_end(w);
+    }
+
+    /// Worker `k`'s entry in `pass_ends` after its pass, busy flag or handoffs changed.
+    fn keep_pass_end(&mut self, k: usize) {
+        if !self.keeps_pass_ends() {
+            return;
+        }
+        if self.workers[k].busy && self.reaches_others(k) {
+            self.pass_ends
+                .set(k as u32, (self.workers[k].pass_end_ms, k as u64));
+        } else {
+            self.pass_ends.remove(k as u32);
+        }
     }
 
     /// Blocks of request `i`'s prompt in rank `rank`'s blocks.
@@ -482,6 +529,7 @@ impl Cluster {
         records: &mut Records,
     ) {
         self.workers[w].busy = false;
+        self.keep_pass_end(w);
         self.touch(w);
         for r in self.workers[w].ranks() {
             if !self.ranks[r].is_busy() {
@@ -518,6 +566,7 @@ impl Cluster {
                     src: r as u32,
                     src_handle,
                 });
+                self.keep_pass_end(d);
                 self.touch(d);
             }
             handoffs.clear();
@@ -595,6 +644,7 @@ impl Cluster {
             }
             self.offload_evicted(rank, now)?;
         }
+        self.keep_pass_end(w);
         Ok(())
     }
 
@@ -623,27 +673,32 @@ impl Cluster {
             Some(tiers) if self.num_prefill > 0 || self.ends_send => tiers.next_finish_ms()?,
             _ => None,
         };
-        let mut horizon = [Some(next_send), self.transport.next_finish_ms()?, tiers]
+        let horizon = [Some(next_send), self.transport.next_finish_ms()?, tiers]
             .into_iter()
             .flatten()
             .fold(f64::INFINITY, f64::min);
-        // In an aggregated replay whose request ends send nothing, no other worker's pass end
-        // matters: the scan would cost every chain the cluster's size for nothing.
-        if !self.disaggregated() && !self.ends_send {
+        if !self.keeps_pass_ends() {
             return Ok(horizon);
         }
-        for (k, worker) in self.workers.iter().enumerate() {
-            let matters = k < self.num_prefill
-                || self.ends_send
-                || (self.disaggregated()
-                    && worker
-                        .ranks()
-                        .any(|r| !self.pending[r - self.num_prefill_ranks].is_empty()));
-            if k != w && worker.busy && matters {
-                horizon = horizon.min(worker.pass_end_ms);
-            }
-        }
-        Ok(horizon)
+        let others = self
+            .pass_ends
+            .peek_except(w as u32)
+            .map_or(f64::INFINITY, |(_, ms, _)| ms);
+        debug_assert_eq!(
+            others.to_bits(),
+            self.scanned_pass_ends(w).to_bits(),
+            "kept pass ends differ from a scan of the workers"
+        );
+        Ok(horizon.min(others))
+    }
+
+    /// The earliest pass end of a busy worker other than `w` that reaches others, found by
+    /// reading every worker: the reference `pass_ends` is checked against in debug builds.
+    fn scanned_pass_ends(&self, w: usize) -> f64 {
+        (0..self.workers.len())
+            .filter(|&k| k != w && self.workers[k].busy && self.reaches_others(k))
+            .map(|k| self.workers[k].pass_end_ms)
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// An explained replay: each rank's passes, and the parts each role's prices split into.

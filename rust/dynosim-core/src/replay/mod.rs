@@ -209,7 +209,7 @@ fn run(
                 continue;
             }
             if let Some(ms) = cluster.start_pass(w, now, &mut records)? {
-                cluster.workers[w].pass_end_ms = now + ms;
+                cluster.set_pass_end(w, now + ms);
                 new_passes.push(w as u32);
             }
         }
@@ -231,7 +231,7 @@ fn run(
                     rank.quiet_until(horizon);
                 }
                 let (last_end, passes) = rank.run_plain_decodes(now, end, horizon, &mut records);
-                cluster.workers[w].pass_end_ms = last_end;
+                cluster.set_pass_end(w, last_end);
                 cluster.events += passes;
             }
             let end = cluster.workers[w].pass_end_ms;

@@ -1,26 +1,27 @@
-//! The indexed heap that orders the network's groups by their next finish.
+//! An indexed binary min-heap of slots keyed by (time ms, id): the links order their flow
+//! groups by next finish with it, the replay its workers by pass end.
 
 const ABSENT: u32 = u32::MAX;
 
-/// Indexed binary min-heap of groups keyed by (head finish ms, head flow id).
-/// Keys are re-set in place, so the heap never holds stale entries.
+/// Indexed binary min-heap of slots keyed by (ms, id), least first; ties on time go to the
+/// lower id. Keys are re-set in place, so the heap never holds stale entries.
 #[derive(Debug, Default)]
-pub(super) struct FinishHeap {
+pub(crate) struct MinHeap {
     heap: Vec<u32>,
-    /// Position of each group slot in `heap`, or `ABSENT`.
+    /// Position of each slot in `heap`, or `ABSENT`.
     pos: Vec<u32>,
     key: Vec<(f64, u64)>,
 }
 
-impl FinishHeap {
-    pub(super) fn ensure(&mut self, n_slots: usize) {
+impl MinHeap {
+    pub(crate) fn ensure(&mut self, n_slots: usize) {
         if self.pos.len() < n_slots {
             self.pos.resize(n_slots, ABSENT);
             self.key.resize(n_slots, (0.0, 0));
         }
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }
 
@@ -31,15 +32,31 @@ impl FinishHeap {
         ta < tb || (ta == tb && ia < ib)
     }
 
-    pub(super) fn peek(&self) -> Option<(u32, f64, u64)> {
+    pub(crate) fn peek(&self) -> Option<(u32, f64, u64)> {
         self.heap.first().map(|&g| {
             let (t, id) = self.key[g as usize];
             (g, t, id)
         })
     }
 
+    /// The least entry of a slot other than `g`, as `peek` gives it: the head, or when that is
+    /// `g`, the lesser of its children (a heap's second least is one of them).
+    pub(crate) fn peek_except(&self, g: u32) -> Option<(u32, f64, u64)> {
+        let entry = |s: u32| {
+            let (t, id) = self.key[s as usize];
+            (s, t, id)
+        };
+        match self.heap[..] {
+            [] => None,
+            [head, ..] if head != g => Some(entry(head)),
+            [_] => None,
+            [_, left] => Some(entry(left)),
+            [_, left, right, ..] => Some(entry(if self.less(right, left) { right } else { left })),
+        }
+    }
+
     /// Inserts or re-keys `g`.
-    pub(super) fn set(&mut self, g: u32, key: (f64, u64)) {
+    pub(crate) fn set(&mut self, g: u32, key: (f64, u64)) {
         self.key[g as usize] = key;
         let i = self.pos[g as usize];
         if i == ABSENT {
@@ -54,7 +71,7 @@ impl FinishHeap {
     }
 
     /// Sets `g`'s key without restoring heap order; call `rebuild` after.
-    pub(super) fn set_unordered(&mut self, g: u32, key: (f64, u64)) {
+    pub(crate) fn set_unordered(&mut self, g: u32, key: (f64, u64)) {
         self.key[g as usize] = key;
         if self.pos[g as usize] == ABSENT {
             self.pos[g as usize] = self.heap.len() as u32;
@@ -64,13 +81,13 @@ impl FinishHeap {
 
     /// Restores heap order in O(n) (Floyd), cheaper than n sifts when most
     /// keys changed.
-    pub(super) fn rebuild(&mut self) {
+    pub(crate) fn rebuild(&mut self) {
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
         }
     }
 
-    pub(super) fn remove(&mut self, g: u32) {
+    pub(crate) fn remove(&mut self, g: u32) {
         let i = self.pos[g as usize];
         if i == ABSENT {
             return;
@@ -150,10 +167,11 @@ mod tests {
     }
 
     proptest! {
-        /// The heap's head is the least (time, id) of a plain map of the same keys.
+        /// The heap's head is the least (time, id) of a plain map of the same keys, and the
+        /// least but one slot's the least of the map without it.
         #[test]
         fn head_matches_a_sorted_reference(ops in prop::collection::vec(op(), 1..60)) {
-            let mut heap = FinishHeap::default();
+            let mut heap = MinHeap::default();
             heap.ensure(12);
             // A group's head flow id is unique among live groups: here, the group itself.
             let mut reference: BTreeMap<u32, (f64, u64)> = BTreeMap::new();
@@ -181,6 +199,15 @@ mod tests {
                     .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
                     .map(|(t, id, g)| (g, t, id));
                 prop_assert_eq!(heap.peek(), want);
+                for except in 0..12 {
+                    let want = reference
+                        .iter()
+                        .filter(|(&g, _)| g != except)
+                        .map(|(&g, &(t, id))| (t, id, g))
+                        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+                        .map(|(t, id, g)| (g, t, id));
+                    prop_assert_eq!(heap.peek_except(except), want);
+                }
                 prop_assert_eq!(heap.len(), reference.len());
             }
         }

@@ -226,9 +226,16 @@ def test_a_trace_file_replays_on_a_document_as_on_its_models(tmp_path, trace, do
     assert json.loads(expected)["summary"]["completed_requests"] == (
         300 if trace == "azure" else 3000
     )
-    assert replay_file(path, json.loads(json.dumps(document))).to_json() == expected
+    given = json.loads(json.dumps(document))
+    assert replay_file(path, given).to_json() == expected
+    assert given == document  # sized on a copy
     with pytest.raises(ConfigError, match=r"cluster\.num_workers: must be between 1"):
         replay_file(path, {"cluster": {"num_workers": 0}})
+    # Not a JSON value: named as such, before anything is read.
+    with pytest.raises(ConfigError, match=r"Out of range float values.*plain JSON values"):
+        replay_file(path, {"cluster": {"arrival_speedup_ratio": float("inf")}})
+    with pytest.raises(ConfigError, match=r"PosixPath is not JSON serializable"):
+        replay_file(path, {"cluster": {"router_seed": path}})
 
 
 @pytest.mark.parametrize(

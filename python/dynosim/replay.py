@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dynosim import _core
 from dynosim._version import version
 from dynosim._workload_defaults import TRACE_BLOCK_SIZE
-from dynosim.errors import WorkloadError
+from dynosim.errors import ConfigError, WorkloadError
 from dynosim.sizing import SizeMemo, size_document
 from dynosim.workload.identity import file_identity
 from dynosim.workload.trace_file import read_trace_file
@@ -165,18 +165,27 @@ def replay_file(
     alone: no configuration or workload model is built, so neither pydantic nor numpy is
     imported before the replay.
 
-    ``document`` holds the settings as plain JSON values, as a configuration file would
-    (:func:`dynosim._defaults.settings_document` is one with none given); it is completed in
-    place with the sizes the replay uses (:mod:`dynosim.sizing`). Timing sections are priced
-    as written: an ``aic`` section needs :func:`replay`, which builds its tables. The report is
-    the one ``replay(load_trace(path, trace_block_size, format), document)`` gives, byte for
-    byte; a value the core refuses raises ConfigError naming its dotted path, and a bad row
+    ``document`` holds the settings as plain JSON values (finite numbers), as a configuration
+    file would, any left out at their defaults (:func:`dynosim._defaults.settings_document` is
+    one with none given); it is not changed. The KV blocks it leaves unset are sized as
+    :mod:`dynosim.sizing` says. Timing sections are priced as written: an ``aic`` section needs
+    :func:`replay`, which builds its tables. The report is the one
+    ``replay(load_trace(path, trace_block_size, format), document)`` gives, byte for byte; a
+    value the core refuses raises ConfigError naming its dotted path, and a bad row
     WorkloadError naming the file, line, field and value.
     """
+    try:
+        text = json.dumps(document, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"configuration document: {e}; replay_file takes plain JSON values "
+            "(replay takes a configuration model or a file)"
+        ) from None
+    data = json.loads(text)
     # Sized first: the core checks the document before a file of millions of rows is read.
-    derived = size_document(document, json.dumps(document))
+    derived = size_document(data, text)
     trace = read_trace_file(Path(path), trace_block_size, format)
-    raw = _replay_raw(trace.requests, json.dumps(document), progress)
+    raw = _replay_raw(trace.requests, json.dumps(data), progress)
     return _report(raw, file_identity(trace.path, trace.sha256), derived)
 
 

@@ -7,8 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dynosim
+from dynosim._defaults import BACKENDS, LINK_MODELS, ROUTERS, TRANSFER_SIZINGS
 from dynosim.cli import EXIT_BAD_INPUT, main
 
 
@@ -94,6 +97,87 @@ def test_flags_alone_replay_as_the_models_would(tmp_path, capsys, flags):
         reports.append(capsys.readouterr().out)
     assert reports[0] == reports[1]
     assert json.loads(reports[0])["summary"]["num_requests"] == 3000
+
+
+#: Flags and values to draw from, a few out of range (the core refuses them, and the models
+#: then name them): for every mode, then for disaggregated serving only.
+_FLAG_VALUES = {
+    "--block-size": ["16", "64"],
+    "--num-gpu-blocks": ["600", "5000", "0"],
+    "--max-num-seqs": ["8", "256"],
+    "--max-num-batched-tokens": ["512", "8192"],
+    "--router": list(ROUTERS),
+    "--concurrency": ["4", "64"],
+    "--backend": list(BACKENDS),
+    "--dp": ["1", "2"],
+    "--sla-ttft-ms": ["500", "-5"],
+    "--arrival-speedup": ["2", "0.5", "inf"],
+    "--g2-blocks": ["2000"],
+}
+_DISAGGREGATED_VALUES = {
+    "--kv-bandwidth-gbps": ["10", "25", "-1"],
+    "--kv-bytes-per-token": ["100000", "300000"],
+    "--transfer-sizing": list(TRANSFER_SIZINGS),
+}
+
+
+def _drawn(table, chosen):
+    return [
+        x for flag, k in sorted(chosen.items()) for x in (flag, table[flag][k % len(table[flag])])
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    common=st.dictionaries(st.sampled_from(sorted(_FLAG_VALUES)), st.integers(0, 2), max_size=5),
+    disaggregated=st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(sorted(_DISAGGREGATED_VALUES)), st.integers(0, 2), max_size=3
+        ),
+    ),
+    workers=st.sampled_from([1, 2, 3, 0]),
+    link_model=st.sampled_from([None, *LINK_MODELS]),
+    fixed=st.booleans(),
+)
+def test_any_flags_alone_replay_or_fail_as_the_models_would(
+    tmp_path_factory, common, disaggregated, workers, link_model, fixed
+):
+    # The core-only route (flags alone) against its reference, the models' route (the same
+    # flags with an empty --config file): the same exit code, report, summary and error, byte
+    # for byte.
+    flags = _drawn(_FLAG_VALUES, common)
+    if disaggregated is None:
+        flags += ["--workers", str(workers)]
+    else:
+        flags += ["--prefill-workers", str(max(workers, 1)), "--decode-workers", "2"]
+        flags += _drawn(_DISAGGREGATED_VALUES, disaggregated)
+        if link_model and "--kv-bandwidth-gbps" in disaggregated:
+            flags += ["--link-model", link_model]
+    if "--g2-blocks" in common:
+        flags += ["--g1-g2-gbps", "20"]
+        if "--kv-bytes-per-token" not in (disaggregated or {}):
+            flags += ["--kv-bytes-per-token", "100000"]
+    if fixed:
+        flags += ["--timing", "fixed", "--prefill-ms", "12", "--decode-ms", "3"]
+    empty = tmp_path_factory.mktemp("config") / "empty.yaml"
+    empty.write_text("")
+    runs = [
+        _run_main(["replay", "--no-progress", "--json", "-", *flags, *extra])
+        for extra in ([], ["--config", str(empty)])
+    ]
+    assert runs[0] == runs[1], flags
+
+
+def _run_main(argv):
+    """(exit code, stdout, stderr) of the command line's ``main`` run in this process."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_flag_the_core_refuses_is_named_as_the_models_name_it(capsys):

@@ -351,15 +351,63 @@ def test_a_replay_starts_before_what_prints_its_report_is_imported(tmp_path, fla
         "from dynosim.cli import main\n"
         "main(['replay', *sys.argv[1:]])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, *flags],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
     expected = "['yaml'] False True" if models else "[] False False"
-    assert done.stderr.strip().splitlines()[-1] == expected, done.stderr
+    assert _last_line_of(script, flags, tmp_path)[0] == expected
+
+
+def _last_line_of(script: str, argv: list[str], cwd) -> tuple[str, str]:
+    """The last line ``script`` printed to stderr, run with ``argv`` in a fresh interpreter
+    (what it imported is its own), and what it printed to stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    return done.stderr.strip().splitlines()[-1], done.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "models"),
+    [
+        (["--json", "out.json"], False),
+        (
+            [
+                "--prefill-workers",
+                "1",
+                "--decode-workers",
+                "1",
+                "--kv-bandwidth-gbps",
+                "0.5",
+                "--kv-bytes-per-token",
+                "3e5",
+                "--g2-blocks",
+                "50",
+                "--g1-g2-gbps",
+                "0.05",
+            ],
+            True,
+        ),
+        (
+            ["--num-gpu-blocks", "300", "--max-num-batched-tokens", "512", "--backend", "trtllm"],
+            True,
+        ),
+    ],
+    ids=["summary-and-json", "saturated-tiers", "rejections"],
+)
+def test_a_replay_of_flags_alone_builds_no_model_after_its_replay_unless_it_must(
+    tmp_path, flags, models
+):
+    # The summary names the deployment from the core's view of the configuration, and the
+    # report and its JSON need no model either: the whole command runs without pydantic. Only
+    # a summary line that needs a model's rule (a rejection's cause, a tier's capacity) builds
+    # the models, after the replay.
+    script = (
+        "import sys\n"
+        "from dynosim.cli import main\n"
+        "code = main(['replay', '--no-progress', *sys.argv[1:]])\n"
+        "print(code, 'pydantic' in sys.modules, file=sys.stderr)\n"
+    )
+    last, printed = _last_line_of(script, flags, tmp_path)
+    assert last == f"0 {models}"
+    assert ("warning:" in printed) == models  # the lines that needed the models
 
 
 def test_offline_replay_bench_takes_dynosims_names_and_names_the_flag_typed(capsys):

@@ -241,7 +241,7 @@ def test_hostile_yaml_is_refused_naming_line_and_column(tmp_path, text, message)
 
 def test_a_message_shows_a_bounded_part_of_a_huge_value(tmp_path):
     from dynosim import SimConfig
-    from dynosim._validation import shown
+    from dynosim._shown import shown
     from dynosim.errors import ConfigError
 
     # A value of 10^9 elements that is only 9 levels of shared lists.

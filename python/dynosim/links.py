@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dynosim import _core
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import ConfigError
 
 #: Link ids travel to the core as unsigned 64-bit integers.

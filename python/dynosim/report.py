@@ -16,7 +16,7 @@ import numpy as np
 from dynosim import _core
 from dynosim._documents import DocumentError, json_document
 from dynosim._files import MAX_DOCUMENT_BYTES, read_input
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import ReportError
 
 #: Machine names of rejection reasons, indexed by ``Report.requests["reject_reason"]``.

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._dependencies import aic_core, pandas
-from dynosim._validation import shown, suggestion
+from dynosim._shown import shown, suggestion
 from dynosim.aic.versions import pricing_versions
 from dynosim.errors import ConfigError
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dynosim._dependencies import aic_generator
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import ConfigError, ManifestError
 
 #: dynosim's serving modes and roles in AIC's words.

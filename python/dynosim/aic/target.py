@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.aic.database import (
     bundled_model_config,
     is_moe,

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from dynosim._dependencies import aic_core
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import ConfigError
 
 

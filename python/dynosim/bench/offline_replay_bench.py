@@ -339,7 +339,7 @@ _BUDGET = {"trtllm": "max_num_tokens"}
 def build_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SimConfig:
     """The SimConfig the flags describe (defaults from dynosim); flag conflicts end the
     program through ``parser.error`` (exit status 2)."""
-    from dynosim._validation import suggestion
+    from dynosim._shown import suggestion
     from dynosim.compare import peer
     from dynosim.config import SimConfig
 

@@ -100,8 +100,8 @@ class Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         choices = action.choices
         if choices is not None and value not in choices:
-            # Imported here, on the error path: it pulls in pydantic, which a start does without.
-            from dynosim._validation import suggestion
+            # Imported here, on the error path: a start does without difflib.
+            from dynosim._shown import suggestion
 
             listed = ", ".join(repr(c) for c in choices)
             hint = suggestion(str(value), (str(c) for c in choices))
@@ -112,7 +112,7 @@ class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:
-            from dynosim._validation import suggestion
+            from dynosim._shown import suggestion
 
             parser = self._command_parser(parsed)
             flags = [s for a in parser._actions for s in a.option_strings]
@@ -144,7 +144,7 @@ def name_flags(error: ConfigError, given: Iterable[tuple[str, str, Any]]) -> Con
     """``error`` (a configuration's, whose problems start with a dotted path) with each problem
     at a path a flag set naming that flag and the value typed: ``given`` holds (dotted path,
     flag as typed, value). ``--workers 0 (cluster.num_workers): must be ...``."""
-    from dynosim._validation import shown
+    from dynosim._shown import shown
 
     text = str(error)
     for path, flag, value in given:

@@ -468,13 +468,12 @@ def _print(
 ) -> int:
     """Print and write what ``dynosim replay`` makes of ``report``; returns the exit code.
     Its modules (rich, the tables, the comparison) are imported only now: a replay's start
-    waits on none of them."""
+    waits on none of them, and a replay of flags alone builds no pydantic model at all."""
     from rich.console import Console
 
     from dynosim._files import atomic_open
     from dynosim.cli.breakdown import render_breakdown
     from dynosim.cli.summary import render_summary
-    from dynosim.compare.measured import compare_measured
 
     # With the JSON on stdout, the table goes to stderr so the JSON stays parseable.
     console = Console(file=sys.stderr if args.json == "-" else sys.stdout)
@@ -482,6 +481,9 @@ def _print(
     if report.config["report"]["explain"]:
         console.print(render_breakdown(report))
     if real:
+        # Imported only with --measured: the comparison's models pull in pydantic.
+        from dynosim.compare.measured import compare_measured
+
         console.print(measured.render_comparison(compare_measured(report, real[0])))
     # Written a column slice at a time: the JSON of millions of requests is never held whole.
     if args.json == "-":

@@ -30,7 +30,8 @@ from dynosim._defaults import (
     flavour_setting,
 )
 from dynosim._lazy import is_loaded_instance
-from dynosim._validation import StrictModel, shown
+from dynosim._shown import shown
+from dynosim._validation import StrictModel
 from dynosim.errors import ConfigError
 
 _AIC_DEFAULTS: dict[str, Any] = json.loads(_core.aic_timing_defaults_json())

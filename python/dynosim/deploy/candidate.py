@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from dynosim._defaults import Backend, Mode
-from dynosim._validation import StrictModel, shown
+from dynosim._shown import shown
+from dynosim._validation import StrictModel
 from dynosim.config import (
     LIMITS,
     AicTiming,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.deploy.candidate import context_length_problem
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload import SyntheticWorkload, TraceWorkload

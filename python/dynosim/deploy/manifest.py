@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from dynosim._documents import DocumentError, yaml_document, yaml_documents
 from dynosim._files import MAX_LINE_BYTES, read_input
-from dynosim._validation import listing, problems, short_key, shown, under
+from dynosim._shown import listing, short_key, shown, under
+from dynosim._validation import problems
 from dynosim.config import LIMITS
 from dynosim.deploy.candidate import (
     Candidate,

@@ -23,7 +23,7 @@ from typing import Any
 
 from dynosim import _core, _dependencies
 from dynosim._plan_defaults import DEFAULT_EXECUTOR, EXECUTORS
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.plan.resources import PROCESS_BYTES, check_memory, parallel_jobs
 from dynosim.workload import TraceColumns

@@ -16,7 +16,7 @@ import numpy as np
 
 from dynosim._dependencies import pandas
 from dynosim._files import write_atomic
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.plan.sla import Sla
 
 #: Latency metrics of a row, each with these statistics: ``ttft_p90_ms`` and so on (ms).

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from dynosim._documents import DocumentError, yaml_document
 from dynosim._files import MAX_LINE_BYTES, read_input
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.config import SimConfig
 from dynosim.errors import ConfigError
 

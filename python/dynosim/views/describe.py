@@ -7,44 +7,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dynosim.config import EngineConfig, SimConfig, resolve
-from dynosim.config.resolved import RoleView
-from dynosim.views.series import bucket_widths, link_names
+from dynosim.views.series import bucket_widths, link_names, resolved_view
+
+if TYPE_CHECKING:
+    from dynosim.config import EngineConfig
+    from dynosim.config.resolved import RoleView
 
 #: Use (a link's busy share, a tier's filled share) above which a replay is called saturated.
 SATURATED = 0.95
 
 
-def _layout(view: RoleView) -> str:
-    """``TP2``, ``TP1 x DP2 (EP2)``: one worker's GPUs."""
-    engine = view.engine
-    text = f"TP{engine.tensor_parallel_size}"
-    if engine.data_parallel_size > 1:
-        text += f" x DP{engine.data_parallel_size}"
-    ep = getattr(view.timing, "ep", 1)
+def _layout(role: Mapping[str, Any]) -> str:
+    """``TP2``, ``TP1 x DP2 (EP2)``: one worker's GPUs (``role``: a role of
+    :func:`~dynosim.views.series.resolved_view`)."""
+    engine = role["engine"]
+    text = f"TP{engine['tensor_parallel_size']}"
+    if engine["data_parallel_size"] > 1:
+        text += f" x DP{engine['data_parallel_size']}"
+    ep = role["timing"].get("ep", 1)  # aic timing only
     return text + (f" (EP{ep})" if ep > 1 else "")
 
 
-def _timing(view: RoleView, provenance: Mapping[str, Any]) -> str:
+def _timing(role: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
     """The model, GPU and step-time model a role runs, in words."""
-    t = view.timing
-    if t.model == "aic":
-        made = (provenance.get("timing") or {}).get(view.timing_path) or {}
-        backend = t.backend or view.engine.backend
-        version = made.get("backend_version") or t.backend_version or "current"
-        return f"{t.model_name} on {t.system} (AIC timing of {backend} {version})"
-    if t.model == "polynomial":
+    t = role["timing"]
+    if t["model"] == "aic":
+        made = (provenance.get("timing") or {}).get(role["timing_path"]) or {}
+        backend = t["backend"] or role["engine"]["backend"]
+        version = made.get("backend_version") or t["backend_version"] or "current"
+        return f"{t['model_name']} on {t['system']} (AIC timing of {backend} {version})"
+    if t["model"] == "polynomial":
         return "no model or GPU: uncalibrated polynomial timing (Dynamo mocker's)"
-    if t.model == "fixed":
+    if t["model"] == "fixed":
         return (
-            f"no model or GPU: uncalibrated fixed timing ({t.prefill_ms:g} ms a prefilling "
-            f"pass, {t.decode_ms:g} ms a decoding one)"
+            f"no model or GPU: uncalibrated fixed timing ({t['prefill_ms']:g} ms a prefilling "
+            f"pass, {t['decode_ms']:g} ms a decoding one)"
         )
-    if t.model == "table":
+    if t["model"] == "table":
         return "no model named: measured table timing (step times on grids)"
     return "no model named: operator-table timing"
 
@@ -53,28 +56,32 @@ def deployment(report: Any) -> str:
     """One line on what a replay simulated: model and GPU system with the timing model (or
     that the timing is uncalibrated), then the engine flavour and layout of each role: TP, DP
     and EP per worker, worker counts, prefill and decode pools, GPUs in all."""
-    view = resolve(SimConfig.model_validate(report.config))
+    # The core's view, not the models: the command line's summary prints this without them.
+    view = resolved_view(report.config)
     provenance = report.provenance or {}
-    roles = list(view.roles.values())
-    gpus = f"{view.num_gpus:,} GPU{'s' if view.num_gpus != 1 else ''}"
+    roles = view["roles"]
+    num_gpus = view["num_gpus"]
+    gpus = f"{num_gpus:,} GPU{'s' if num_gpus != 1 else ''}"
 
-    def pool(role: RoleView) -> str:
-        return f"{role.engine.backend} {_layout(role)}"
+    def pool(role: Mapping[str, Any]) -> str:
+        return f"{role['engine']['backend']} {_layout(role)}"
 
     if len(roles) == 1:
         (role,) = roles
-        plural = "s" if role.workers != 1 else ""
-        layout = f"aggregated: {role.workers} {pool(role)} worker{plural} ({gpus})"
+        plural = "s" if role["workers"] != 1 else ""
+        layout = f"aggregated: {role['workers']} {pool(role)} worker{plural} ({gpus})"
     else:
         prefill, decode = roles
         layout = (
-            f"disaggregated: {prefill.workers} prefill ({pool(prefill)}) + {decode.workers} "
-            f"decode ({pool(decode)}) workers ({gpus})"
+            f"disaggregated: {prefill['workers']} prefill ({pool(prefill)}) + "
+            f"{decode['workers']} decode ({pool(decode)}) workers ({gpus})"
         )
     timings = [_timing(role, provenance) for role in roles]
     if len(set(timings)) == 1:
         return f"{timings[0]}; {layout}"
-    return f"{layout}; " + "; ".join(f"{r.role}: {t}" for r, t in zip(roles, timings, strict=True))
+    return f"{layout}; " + "; ".join(
+        f"{r['role']}: {t}" for r, t in zip(roles, timings, strict=True)
+    )
 
 
 def _capacity(engine: EngineConfig) -> str:
@@ -116,6 +123,8 @@ def rejections(report: Any) -> list[str]:
         f"{rejected:,} of {total:,} requests rejected ({100.0 * rejected / total:.1f} %); "
         f"the latencies cover the {int(s['completed_requests']):,} completed"
     ]
+    from dynosim.config import SimConfig, resolve
+
     view = resolve(SimConfig.model_validate(report.config))
     rows, reasons = zip(*report.rejections(), strict=True)
     prompts = np.asarray(report.requests["input_length"])[list(rows)]
@@ -141,6 +150,8 @@ class Capacity:
 
 def capacity(report: Any) -> Capacity:
     """The :class:`Capacity` of a replay, by role (``aggregated``, ``prefill``, ``decode``)."""
+    from dynosim.config import SimConfig, resolve
+
     config = SimConfig.model_validate(report.config)
     view = resolve(config)
     kv = {
@@ -243,6 +254,8 @@ def used_config(report: Any) -> dict[str, Any]:
     and version that priced it), KV transfers and offload tier rates resolved; settings the
     replay had no use for (the other mode's worker counts, other flavours' settings, unset
     limits, transfers in aggregated serving, tier rates without tiers) left out."""
+    from dynosim.config import SimConfig, resolve
+
     config = SimConfig.model_validate(report.config)
     view = resolve(config)
     provenance = report.provenance or {}

@@ -3,11 +3,13 @@ events per time bucket, worker names, and the cluster's state over time."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from dynosim.config import SimConfig, resolve
+from dynosim import _core
 
 #: Most points a plotted series keeps. The core's time series never hold more buckets than
 #: this (each with its min and max, so spikes stay visible); CDFs and event counts are reduced
@@ -53,16 +55,25 @@ def worker_names(config: dict[str, Any], num_workers: int) -> list[str]:
     return [f"P{i}" for i in range(p)] + [f"D{i}" for i in range(num_workers - p)]
 
 
+def resolved_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A report's configuration as the core resolves it, in plain values: ``roles`` (each
+    role's ``role``, ``workers``, ``gpus_per_worker``, ``engine`` and ``timing`` sections and
+    their dotted paths), ``kv_transfer``, ``offload``, ``num_workers`` and ``num_gpus``. What a
+    view reads without building the configuration models (``dynosim.config.resolve`` is the
+    same view as models)."""
+    return json.loads(_core.resolve_config_json(json.dumps(config)))
+
+
 def link_names(config: dict[str, Any]) -> list[str]:
     """A label per KV-transfer link in the report's link order: the send link of each prefill
     rank (``P0 send``; ``P0.1 send`` for rank 1 of a data-parallel worker), then the receive
     link of each decode rank (``D0 recv``, ...)."""
-    roles = resolve(SimConfig.model_validate(config)).roles
+    roles = {r["role"]: r for r in resolved_view(config)["roles"]}
     labels = []
     for role, letter, end in (("prefill", "P", "send"), ("decode", "D", "recv")):
         view = roles[role]
-        dp = view.engine.data_parallel_size
-        for w in range(view.workers):
+        dp = view["engine"]["data_parallel_size"]
+        for w in range(view["workers"]):
             labels.extend(f"{letter}{w}{f'.{r}' if dp > 1 else ''} {end}" for r in range(dp))
     return labels
 
@@ -135,6 +146,7 @@ __all__ = [
     "cdf",
     "link_names",
     "rate",
+    "resolved_view",
     "timeseries",
     "worker_names",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
 from dynosim.workload.reading import (

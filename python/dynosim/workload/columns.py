@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from dynosim import _core
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import WorkloadError
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from dynosim import _core
 from dynosim._files import MAX_LINE_BYTES, read_input
+from dynosim._shown import shown
 from dynosim.errors import WorkloadError, warn
 
 #: Lengths travel as uint32.
@@ -34,16 +35,13 @@ def decode_text(path: Path, data: bytes) -> str:
 def token_count(where: str, key: str, value: Any) -> int:
     """``value`` as a token count of field ``key`` at ``where`` (file:line): 1 .. 2**32 - 1."""
     # type() rather than isinstance(): bool is an int subclass, and 12.0 is not a token count.
-    if type(value) is int and 0 < value < MAX_LENGTH:
-        return value
-    # On the error path only: it pulls in pydantic, which reading a Mooncake file does without.
-    from dynosim._validation import shown
-
     if type(value) is not int or value < 0:
         raise WorkloadError(
             f"{where}: field {key!r}: expected a non-negative integer, got {shown(value, 80)}"
         )
-    raise WorkloadError(f"{where}: field {key!r}: {TOKENS_EXPECTED}, got {shown(value)}")
+    if value == 0 or value >= MAX_LENGTH:
+        raise WorkloadError(f"{where}: field {key!r}: {TOKENS_EXPECTED}, got {shown(value)}")
+    return value
 
 
 #: What a token count must be, as messages say it.

@@ -108,7 +108,7 @@ def load_measured(
     Replay ``run.columns`` on a deployment, then compare with
     :func:`dynosim.compare_measured`.
     """
-    from dynosim._validation import shown
+    from dynosim._shown import shown
     from dynosim.workload.measured.aiperf import read_aiperf
     from dynosim.workload.measured.run import read_measured
     from dynosim.workload.measured.vllm_bench import read_vllm_bench, read_vllm_result

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim._files import MAX_LINE_BYTES
-from dynosim._validation import shown
+from dynosim._shown import shown
 from dynosim.errors import WorkloadError
 from dynosim.workload.measured.run import (
     MeasuredRun,

@@ -13,7 +13,8 @@ import numpy as np
 
 from dynosim._documents import DocumentError, json_document
 from dynosim._files import MAX_DOCUMENT_BYTES, read_input
-from dynosim._validation import WorkloadProblems, shown
+from dynosim._shown import shown
+from dynosim._validation import WorkloadProblems
 from dynosim.errors import WorkloadError
 from dynosim.workload.columns import TraceColumns, fresh_hash_ids
 from dynosim.workload.reading import decode_text

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import ConfigDict
 
-from dynosim._validation import Problems, StrictModel, WorkloadProblems, shown
+from dynosim._shown import shown
+from dynosim._validation import Problems, StrictModel, WorkloadProblems
 from dynosim.errors import WorkloadError
 from dynosim.workload.measured.run import (
     MeasuredRun,

@@ -40,8 +40,10 @@ pub struct Transport {
     /// Line rate: transfers in flight per link, and the two links of each transfer by id.
     line_flows: Vec<u32>,
     line_ends: Vec<[u32; 2]>,
-    /// Line rate: transfers started plus transfers finished (`version`).
-    changes: u64,
+    /// Line rate: links whose transfers in flight changed since `take_link_changes` last took
+    /// them, and a flag per link (the shared network keeps its own).
+    line_changed: Vec<u32>,
+    line_changed_flag: Vec<bool>,
 }
 
 impl Transport {
@@ -76,14 +78,14 @@ impl Transport {
             started_bytes: vec![0.0; num_prefill_ranks + num_decode_ranks],
             line_flows: vec![0; num_prefill_ranks + num_decode_ranks],
             line_ends: Vec::new(),
-            changes: 0,
+            line_changed: Vec::new(),
+            line_changed_flag: vec![false; num_prefill_ranks + num_decode_ranks],
         })
     }
 
     /// Start moving `bytes` from prefill rank `src` to decode rank `dst` (each counted within
     /// its role) at `now` (ms).
     pub fn start(&mut self, now: f64, src: usize, dst: usize, bytes: f64) -> Result<u64> {
-        self.changes += 1;
         self.started_bytes[src] += bytes;
         self.started_bytes[self.num_prefill_ranks + dst] += bytes;
         match &mut self.kind {
@@ -98,6 +100,11 @@ impl Transport {
                     let ends = [src as u32, (self.num_prefill_ranks + dst) as u32];
                     for link in ends {
                         self.line_flows[link as usize] += 1;
+                        Self::line_changed(
+                            &mut self.line_changed,
+                            &mut self.line_changed_flag,
+                            link,
+                        );
                     }
                     self.line_ends.push(ends);
                 }
@@ -132,17 +139,20 @@ impl Transport {
                     if rate_bytes_per_ms.is_some() {
                         for link in self.line_ends[id as usize] {
                             self.line_flows[link as usize] -= 1;
+                            Self::line_changed(
+                                &mut self.line_changed,
+                                &mut self.line_changed_flag,
+                                link,
+                            );
                         }
                     }
                     out.push(id);
-                    self.changes += 1;
                 }
                 Ok(())
             }
             Kind::Shared { net, done } => {
                 net.pop_finished_into(now, done)?;
                 out.extend(done.iter().map(|f| f.0));
-                self.changes += done.len() as u64;
                 Ok(())
             }
         }
@@ -156,12 +166,27 @@ impl Transport {
         }
     }
 
-    /// A number that changes whenever the rate on some link may have: transfers started or
-    /// finished, or the max-min rates solved again.
-    pub fn version(&self) -> u64 {
-        match &self.kind {
-            Kind::Timed { .. } => self.changes,
-            Kind::Shared { net, .. } => net.version(),
+    /// Line rate: note that `link`'s transfers in flight changed.
+    fn line_changed(changed: &mut Vec<u32>, flag: &mut [bool], link: u32) {
+        if !flag[link as usize] {
+            flag[link as usize] = true;
+            changed.push(link);
+        }
+    }
+
+    /// Moves into `out` (cleared first) every link whose use (`link_utilization`) may have
+    /// changed since the last call: transfers started or finished on it, or its max-min rate
+    /// solved again. A link not among them has the use it had.
+    pub fn take_link_changes(&mut self, out: &mut Vec<usize>) {
+        match &mut self.kind {
+            Kind::Shared { net, .. } => net.take_rate_changes(out),
+            Kind::Timed { .. } => {
+                out.clear();
+                for l in self.line_changed.drain(..) {
+                    self.line_changed_flag[l as usize] = false;
+                    out.push(l as usize);
+                }
+            }
         }
     }
 
@@ -177,23 +202,29 @@ impl Transport {
     /// Fraction of each link's capacity in use now, into `out` (one per link). Line rate
     /// ignores contention, so its links can show more than 1 (oversubscribed).
     pub fn link_utilization_now(&self, out: &mut [f64]) {
-        let Some((send, recv)) = self.capacity else {
-            return;
-        };
         for (link, u) in out.iter_mut().enumerate() {
-            let rate = match &self.kind {
-                Kind::Shared { net, .. } => net.link_rate(link),
-                Kind::Timed {
-                    rate_bytes_per_ms, ..
-                } => f64::from(self.line_flows[link]) * rate_bytes_per_ms.unwrap_or(0.0),
-            };
-            let cap = if link < self.num_prefill_ranks {
-                send
-            } else {
-                recv
-            };
-            *u = rate / cap;
+            *u = self.link_utilization(link);
         }
+    }
+
+    /// Fraction of `link`'s capacity in use now (0 without a bandwidth), as
+    /// `link_utilization_now` gives it.
+    pub fn link_utilization(&self, link: usize) -> f64 {
+        let Some((send, recv)) = self.capacity else {
+            return 0.0;
+        };
+        let rate = match &self.kind {
+            Kind::Shared { net, .. } => net.link_rate(link),
+            Kind::Timed {
+                rate_bytes_per_ms, ..
+            } => f64::from(self.line_flows[link]) * rate_bytes_per_ms.unwrap_or(0.0),
+        };
+        let cap = if link < self.num_prefill_ranks {
+            send
+        } else {
+            recv
+        };
+        rate / cap
     }
 
     /// Fraction of each link's capacity used over `duration_ms`, prefill send links first.

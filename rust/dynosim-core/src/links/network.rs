@@ -192,6 +192,10 @@ pub struct LinkNetwork {
     /// Links whose flows changed since the last solve.
     touched: Vec<u32>,
     touched_flag: Vec<bool>,
+    /// Links whose rate (`link_rate`) may have changed since `take_rate_changes` last took
+    /// them, and a flag per link: those a flow joined or left, and those of a solved component.
+    rate_changed: Vec<u32>,
+    rate_changed_flag: Vec<bool>,
     recomputations: u64,
     /// Flows started and finished plus rate solves: changes when any link's rate may have.
     changes: u64,
@@ -239,6 +243,8 @@ impl LinkNetwork {
             clock_ms: 0.0,
             touched: Vec::new(),
             touched_flag: vec![false; n],
+            rate_changed: Vec::new(),
+            rate_changed_flag: vec![false; n],
             recomputations: 0,
             changes: 0,
             solved_groups: 0,
@@ -364,6 +370,9 @@ impl LinkNetwork {
             let comp_groups = mem::take(&mut self.comp_groups);
             let result = self.solve_component(now, &comp_groups);
             self.comp_groups = comp_groups;
+            let comp_links = mem::take(&mut self.comp_links);
+            self.mark_solved(&comp_links);
+            self.comp_links = comp_links;
             return result;
         }
 
@@ -428,7 +437,9 @@ impl LinkNetwork {
         let result = if comp_groups.is_empty() {
             Ok(())
         } else {
-            self.solve_component(now, &comp_groups)
+            let solved = self.solve_component(now, &comp_groups);
+            self.mark_solved(&comp_links);
+            solved
         };
         self.comp_links = comp_links;
         self.comp_groups = comp_groups;
@@ -657,6 +668,32 @@ impl LinkNetwork {
                 self.touched_flag[l as usize] = true;
                 self.touched.push(l);
             }
+            // A flow joined or left: the link's rate counts its members at once.
+            if !self.rate_changed_flag[l as usize] {
+                self.rate_changed_flag[l as usize] = true;
+                self.rate_changed.push(l);
+            }
+        }
+    }
+
+    /// The links of the component just solved, whose groups' rates may have changed.
+    fn mark_solved(&mut self, links: &[u32]) {
+        for &l in links {
+            if !self.rate_changed_flag[l as usize] {
+                self.rate_changed_flag[l as usize] = true;
+                self.rate_changed.push(l);
+            }
+        }
+    }
+
+    /// Moves into `out` (cleared first) every link whose `link_rate` may have changed since
+    /// the last call, in the order they changed; a link whose rate did not change may be among
+    /// them, one that did always is.
+    pub fn take_rate_changes(&mut self, out: &mut Vec<usize>) {
+        out.clear();
+        for l in self.rate_changed.drain(..) {
+            self.rate_changed_flag[l as usize] = false;
+            out.push(l as usize);
         }
     }
 

@@ -149,7 +149,7 @@ fn run(
         };
         started = true;
         now = t;
-        sampler.record_until(now, &cluster);
+        sampler.record_until(now, &mut cluster);
         // Onboards that end now queue first, ahead of what arrives now; flows start after.
         if let Some(tiers) = &mut cluster.tiers {
             onboarded.clear();
@@ -242,7 +242,7 @@ fn run(
             c.checkpoint(records.finished)?;
         }
     }
-    sampler.finish(now, &cluster);
+    sampler.finish(now, &mut cluster);
 
     if let Some(i) = records
         .status

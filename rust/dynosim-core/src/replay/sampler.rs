@@ -27,9 +27,11 @@ pub(super) struct Sampler {
     running: Vec<u64>,
     queued_total: u64,
     running_total: u64,
+    /// Each link's use as last read, whether it has been read, and scratch for the links whose
+    /// use may have changed since (`Transport::take_link_changes`).
     links: Vec<f64>,
-    /// The transport's state the link utilization was last read at.
-    links_read_at: Option<u64>,
+    links_read: bool,
+    links_changed: Vec<usize>,
     /// The tier links' use, and the tiers' state it was read at.
     tier_links: Vec<f64>,
     tier_links_read_at: Option<u64>,
@@ -71,7 +73,8 @@ impl Sampler {
             queued_total: 0,
             running_total: 0,
             links: vec![0.0; links],
-            links_read_at: None,
+            links_read: false,
+            links_changed: Vec::new(),
             tier_links: Vec::new(),
             tier_links_read_at: None,
         };
@@ -146,7 +149,7 @@ impl Sampler {
 
     /// Record the state that held from the last call until `now` (ms): the state between two
     /// event instants is constant, so it is read before the events at `now` change it.
-    pub(super) fn record_until(&mut self, now: f64, cluster: &Cluster) {
+    pub(super) fn record_until(&mut self, now: f64, cluster: &mut Cluster) {
         if now <= self.last_ms {
             return;
         }
@@ -161,7 +164,7 @@ impl Sampler {
     }
 
     /// Close the series at the replay's end `now` (ms) with the final state.
-    pub(super) fn finish(&mut self, now: f64, cluster: &Cluster) {
+    pub(super) fn finish(&mut self, now: f64, cluster: &mut Cluster) {
         self.advance(now, cluster);
         debug_assert_eq!(self.values, self.read_all(cluster));
         self.series.finish(now, &self.values);
@@ -169,7 +172,7 @@ impl Sampler {
 
     /// Count the busy time up to `now` and read the link and tier columns, which change with
     /// flows rather than with workers.
-    fn advance(&mut self, now: f64, cluster: &Cluster) {
+    fn advance(&mut self, now: f64, cluster: &mut Cluster) {
         let span = now - self.last_ms;
         self.last_ms = now;
         let busy = &self.values[2 + self.workers..2 + 2 * self.workers];
@@ -178,13 +181,31 @@ impl Sampler {
         }
         let mut k = 2 + 2 * self.workers;
         if !self.links.is_empty() {
-            let at = cluster.transport.version();
-            if self.links_read_at != Some(at) {
-                cluster.transport.link_utilization_now(&mut self.links);
-                self.links_read_at = Some(at);
-                for j in 0..self.links.len() {
-                    self.set(k + j, self.links[j]);
-                }
+            // Only the links a transfer started or finished on, or whose rates were solved
+            // again, are read again: the others' use is as last read.
+            let transport = &mut cluster.transport;
+            let mut changed = std::mem::take(&mut self.links_changed);
+            transport.take_link_changes(&mut changed);
+            if !self.links_read {
+                self.links_read = true;
+                changed.clear();
+                changed.extend(0..self.links.len());
+            }
+            for &j in &changed {
+                self.links[j] = transport.link_utilization(j);
+                self.set(k + j, self.links[j]);
+            }
+            self.links_changed = changed;
+            #[cfg(debug_assertions)]
+            {
+                let mut all = vec![0.0; self.links.len()];
+                transport.link_utilization_now(&mut all);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&self.links),
+                    bits(&all),
+                    "kept link use differs from a read"
+                );
             }
             k += self.links.len();
         }

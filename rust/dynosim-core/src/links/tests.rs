@@ -662,6 +662,14 @@ fn drive(sc: &Scenario) -> Result<Trace, TestCaseError> {
     let mut t_ref = 0.0;
     let mut t_last_start = 0.0;
     let mut next = 0;
+    // Each link's rate when last looked at: a link not among `take_rate_changes` keeps it.
+    let link_rates = |net: &LinkNetwork| -> Vec<u64> {
+        (0..caps.len())
+            .map(|l| net.link_rate(l).to_bits())
+            .collect()
+    };
+    let mut seen = link_rates(&net);
+    let mut changed = Vec::new();
 
     let advance = |active: &mut BTreeMap<u64, RefFlow>, t_ref: &mut f64, t: f64| {
         for f in active.values_mut() {
@@ -672,6 +680,16 @@ fn drive(sc: &Scenario) -> Result<Trace, TestCaseError> {
 
     loop {
         let nf = net.next_finish_ms().unwrap();
+        net.take_rate_changes(&mut changed);
+        let now_rates = link_rates(&net);
+        for l in 0..caps.len() {
+            prop_assert!(
+                changed.contains(&l) || now_rates[l] == seen[l],
+                "link {} changed rate without being reported",
+                l
+            );
+        }
+        seen = now_rates;
         // Incremental rates must match a from-scratch solve.
         let ids: Vec<u64> = active
             .iter()

@@ -5,7 +5,6 @@ file's reader) shows values as the models' checks do without importing them."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import reprlib
 from collections.abc import Iterable
@@ -108,6 +107,9 @@ def listing(names: Iterable[Any], width: int = 200) -> str:
 def suggestion(value: str, names: Iterable[str]) -> str:
     """``"; did you mean 'X'?"`` naming the one of ``names`` closest to ``value`` (a typo, or
     another case), or ``""`` when none is close."""
+    # Imported here, on the error path: a command's start does without difflib.
+    import difflib
+
     names = [str(n) for n in names]
     folded = {n.casefold(): n for n in names}
     if value.casefold() in folded:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynosim._shown import shown, suggestion
 from dynosim._workload_defaults import SYNTHETIC_SEED, TRACE_BLOCK_SIZE, TRACE_FORMATS
 from dynosim.errors import ConfigError, DynosimError, MissingExtraError, OutputError
 
@@ -100,9 +101,6 @@ class Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         choices = action.choices
         if choices is not None and value not in choices:
-            # Imported here, on the error path: a start does without difflib.
-            from dynosim._shown import suggestion
-
             listed = ", ".join(repr(c) for c in choices)
             hint = suggestion(str(value), (str(c) for c in choices))
             raise argparse.ArgumentError(
@@ -112,8 +110,6 @@ class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:
-            from dynosim._shown import suggestion
-
             parser = self._command_parser(parsed)
             flags = [s for a in parser._actions for s in a.option_strings]
             hints = "".join(
@@ -144,8 +140,6 @@ def name_flags(error: ConfigError, given: Iterable[tuple[str, str, Any]]) -> Con
     """``error`` (a configuration's, whose problems start with a dotted path) with each problem
     at a path a flag set naming that flag and the value typed: ``given`` holds (dotted path,
     flag as typed, value). ``--workers 0 (cluster.num_workers): must be ...``."""
-    from dynosim._shown import shown
-
     text = str(error)
     for path, flag, value in given:
         text = re.sub(

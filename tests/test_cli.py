@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -171,9 +173,6 @@ def test_any_flags_alone_replay_or_fail_as_the_models_would(
 
 def _run_main(argv):
     """(exit code, stdout, stderr) of the command line's ``main`` run in this process."""
-    import contextlib
-    import io
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)

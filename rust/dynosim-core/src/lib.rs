@@ -12,6 +12,7 @@ pub mod event_queue;
 pub mod explain;
 pub mod kv;
 pub mod links;
+mod marked;
 mod min_heap;
 pub mod mooncake;
 pub mod offload;

@@ -8,6 +8,7 @@ use crate::config::{KvTransferConfig, LinkModel};
 use crate::error::Result;
 use crate::event_queue::EventQueue;
 use crate::links::{FlowId, LinkNetwork};
+use crate::marked::Marked;
 
 /// GB/s (1e9 bytes/s) to the simulator's bytes per ms.
 pub fn gbps_to_bytes_per_ms(gbps: f64) -> f64 {
@@ -41,9 +42,8 @@ pub struct Transport {
     line_flows: Vec<u32>,
     line_ends: Vec<[u32; 2]>,
     /// Line rate: links whose transfers in flight changed since `take_link_changes` last took
-    /// them, and a flag per link (the shared network keeps its own).
-    line_changed: Vec<u32>,
-    line_changed_flag: Vec<bool>,
+    /// them (the shared network keeps its own).
+    line_changed: Marked,
 }
 
 impl Transport {
@@ -78,8 +78,7 @@ impl Transport {
             started_bytes: vec![0.0; num_prefill_ranks + num_decode_ranks],
             line_flows: vec![0; num_prefill_ranks + num_decode_ranks],
             line_ends: Vec::new(),
-            line_changed: Vec::new(),
-            line_changed_flag: vec![false; num_prefill_ranks + num_decode_ranks],
+            line_changed: Marked::new(num_prefill_ranks + num_decode_ranks),
         })
     }
 
@@ -100,11 +99,7 @@ impl Transport {
                     let ends = [src as u32, (self.num_prefill_ranks + dst) as u32];
                     for link in ends {
                         self.line_flows[link as usize] += 1;
-                        Self::line_changed(
-                            &mut self.line_changed,
-                            &mut self.line_changed_flag,
-                            link,
-                        );
+                        self.line_changed.mark(link);
                     }
                     self.line_ends.push(ends);
                 }
@@ -139,11 +134,7 @@ impl Transport {
                     if rate_bytes_per_ms.is_some() {
                         for link in self.line_ends[id as usize] {
                             self.line_flows[link as usize] -= 1;
-                            Self::line_changed(
-                                &mut self.line_changed,
-                                &mut self.line_changed_flag,
-                                link,
-                            );
+                            self.line_changed.mark(link);
                         }
                     }
                     out.push(id);
@@ -166,27 +157,13 @@ impl Transport {
         }
     }
 
-    /// Line rate: note that `link`'s transfers in flight changed.
-    fn line_changed(changed: &mut Vec<u32>, flag: &mut [bool], link: u32) {
-        if !flag[link as usize] {
-            flag[link as usize] = true;
-            changed.push(link);
-        }
-    }
-
     /// Moves into `out` (cleared first) every link whose use (`link_utilization`) may have
     /// changed since the last call: transfers started or finished on it, or its max-min rate
     /// solved again. A link not among them has the use it had.
     pub fn take_link_changes(&mut self, out: &mut Vec<usize>) {
         match &mut self.kind {
             Kind::Shared { net, .. } => net.take_rate_changes(out),
-            Kind::Timed { .. } => {
-                out.clear();
-                for l in self.line_changed.drain(..) {
-                    self.line_changed_flag[l as usize] = false;
-                    out.push(l as usize);
-                }
-            }
+            Kind::Timed { .. } => self.line_changed.take_into(out),
         }
     }
 

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 
 use super::error::{check_cap, check_capacities, check_links, LinkError};
 use super::solver::Filler;
+use crate::marked::Marked;
 use crate::min_heap::MinHeap;
 
 /// Finish events within this fraction of the current time (floored at 1 ms)
@@ -193,9 +194,8 @@ pub struct LinkNetwork {
     touched: Vec<u32>,
     touched_flag: Vec<bool>,
     /// Links whose rate (`link_rate`) may have changed since `take_rate_changes` last took
-    /// them, and a flag per link: those a flow joined or left, and those of a solved component.
-    rate_changed: Vec<u32>,
-    rate_changed_flag: Vec<bool>,
+    /// them: those a flow joined or left, and those of a solved component.
+    rate_changed: Marked,
     recomputations: u64,
     /// Flows started and finished plus rate solves: changes when any link's rate may have.
     changes: u64,
@@ -243,8 +243,7 @@ impl LinkNetwork {
             clock_ms: 0.0,
             touched: Vec::new(),
             touched_flag: vec![false; n],
-            rate_changed: Vec::new(),
-            rate_changed_flag: vec![false; n],
+            rate_changed: Marked::new(n),
             recomputations: 0,
             changes: 0,
             solved_groups: 0,
@@ -669,20 +668,14 @@ impl LinkNetwork {
                 self.touched.push(l);
             }
             // A flow joined or left: the link's rate counts its members at once.
-            if !self.rate_changed_flag[l as usize] {
-                self.rate_changed_flag[l as usize] = true;
-                self.rate_changed.push(l);
-            }
+            self.rate_changed.mark(l);
         }
     }
 
     /// The links of the component just solved, whose groups' rates may have changed.
     fn mark_solved(&mut self, links: &[u32]) {
         for &l in links {
-            if !self.rate_changed_flag[l as usize] {
-                self.rate_changed_flag[l as usize] = true;
-                self.rate_changed.push(l);
-            }
+            self.rate_changed.mark(l);
         }
     }
 
@@ -690,11 +683,7 @@ impl LinkNetwork {
     /// the last call, in the order they changed; a link whose rate did not change may be among
     /// them, one that did always is.
     pub fn take_rate_changes(&mut self, out: &mut Vec<usize>) {
-        out.clear();
-        for l in self.rate_changed.drain(..) {
-            self.rate_changed_flag[l as usize] = false;
-            out.push(l as usize);
-        }
+        self.rate_changed.take_into(out);
     }
 
     fn check_time(&self, now_ms: f64) -> Result<(), LinkError> {

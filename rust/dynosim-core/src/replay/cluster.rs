@@ -669,15 +669,16 @@ impl Cluster {
         // A tier flow ending reaches only the rank it onboards to (not `w`: it onboards
         // nothing), unless that rank then hands requests over or ends one others wait for, or
         // it is a decode rank (which may be `w`) receiving part of a prompt from its tiers.
+        let reaches = self.keeps_pass_ends();
         let tiers = match &mut self.tiers {
-            Some(tiers) if self.num_prefill > 0 || self.ends_send => tiers.next_finish_ms()?,
+            Some(tiers) if reaches => tiers.next_finish_ms()?,
             _ => None,
         };
         let horizon = [Some(next_send), self.transport.next_finish_ms()?, tiers]
             .into_iter()
             .flatten()
             .fold(f64::INFINITY, f64::min);
-        if !self.keeps_pass_ends() {
+        if !reaches {
             return Ok(horizon);
         }
         let others = self
